@@ -1,0 +1,103 @@
+"""Golden check: run a bundle through its generated stub and compare with onnxruntime."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aot import manifest as mf
+from aot.errors import BundleError
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDiff:
+    name: str
+    max_abs: float
+    max_rel: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    bundle: Path
+    regions: tuple[str, ...]          # "r0:vulkan-spirv", ...
+    diffs: tuple[OutputDiff, ...]
+
+    @property
+    def max_abs_error(self) -> float:
+        return max((d.max_abs for d in self.diffs), default=0.0)
+
+    def summary(self) -> str:
+        lines = [f"bundle {self.bundle} ({', '.join(self.regions)})"]
+        lines += [f"  output {d.name!r}: max abs diff {d.max_abs:.3g}, max rel diff {d.max_rel:.3g}" for d in self.diffs]
+        lines.append(f"max abs error vs onnxruntime: {self.max_abs_error:.3g}")
+        return "\n".join(lines)
+
+
+def random_inputs(specs: list[dict[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        dtype = np.dtype(s["dtype"])
+        if dtype.kind == "f":
+            out[s["name"]] = rng.standard_normal(s["shape"]).astype(dtype)
+        elif dtype.kind == "b":
+            out[s["name"]] = rng.integers(0, 2, s["shape"]).astype(dtype)
+        else:
+            out[s["name"]] = rng.integers(0, 2, s["shape"]).astype(dtype)
+    return out
+
+
+def load_stub_class(bundle: Path):
+    """Import the bundle's generated Python stub and return its model class."""
+    stubs = sorted((bundle / "stubs" / "python").glob("*.py"))
+    stubs = [s for s in stubs if s.name != "__init__.py"]
+    if len(stubs) != 1:
+        raise BundleError(f"bundle {str(bundle)!r} should hold exactly one Python stub, found {len(stubs)}")
+    name = f"_aot_stub_{abs(hash(str(stubs[0])))}"
+    spec = importlib.util.spec_from_file_location(name, stubs[0])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    classes = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == name]
+    return classes[0]
+
+
+def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: list[str]) -> tuple[OutputDiff, ...]:
+    diffs = []
+    for name, a, e in zip(names, actual, expected):
+        if a.shape != e.shape:
+            raise BundleError(f"output {name!r}: shape {list(a.shape)} but onnxruntime gives {list(e.shape)}")
+        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        rel = d / np.maximum(np.abs(e.astype(np.float64)), 1e-12)
+        diffs.append(OutputDiff(name, float(d.max(initial=0.0)), float(rel.max(initial=0.0))))
+    return tuple(diffs)
+
+
+def onnxruntime_outputs(model: Path, inputs: dict[str, np.ndarray], output_names: list[str]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return session.run(output_names, inputs)
+
+
+def check_bundle(bundle: Path, model: Path | None = None, seed: int = 0,
+                 inputs: dict[str, np.ndarray] | None = None) -> CheckResult:
+    data = mf.read(bundle)
+    model = model or Path(data["model"]["source"])
+    inputs = inputs if inputs is not None else random_inputs(data["inputs"], seed)
+    names = [o["name"] for o in data["outputs"]]
+    stub = load_stub_class(bundle)(bundle)
+    try:
+        actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
+    finally:
+        stub.close()
+    expected = onnxruntime_outputs(model, inputs, names)
+    regions = tuple(f"{r['name']}:{r['target']}" for r in data["regions"])
+    return CheckResult(bundle, regions, compare(actual, expected, names))

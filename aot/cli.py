@@ -1,0 +1,222 @@
+"""The `aot` command. Results and paths go to stdout; `ERROR: ...` to stderr with exit code 1."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aot.errors import AotError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except AotError as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ERROR: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aot", description="Ahead-of-time builds of ONNX models on IREE, "
+                                                        "partitioned across an accelerator and the host CPU.")
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    b = sub.add_parser("build", help="build MODEL.onnx (or zoo:NAME) into a bundle")
+    b.add_argument("model")
+    b.add_argument("-o", "--output", required=True, help="artifacts/NAME: the bundle goes to OUTPUT/bundle")
+    _add_build_options(b)
+    b.set_defaults(func=_cmd_build)
+
+    pl = sub.add_parser("plan", help="partition MODEL without compiling; write the plan as JSON")
+    pl.add_argument("model")
+    pl.add_argument("-o", "--output", help="plan.json to write (default: print it)")
+    _add_build_options(pl)
+    pl.set_defaults(func=_cmd_plan)
+
+    r = sub.add_parser("run", help="run a bundle on inputs given as name=@file.npy")
+    r.add_argument("bundle")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=@FILE.npy")
+    r.add_argument("--output-dir", help="write each output to DIR/<output>.npy instead of printing it")
+    r.set_defaults(func=_cmd_run)
+
+    rp = sub.add_parser("report", help="regions, devices, node counts, host reasons, boundary bytes")
+    rp.add_argument("bundle")
+    rp.set_defaults(func=_cmd_report)
+
+    c = sub.add_parser("check", help="run a bundle through its generated stub and compare with onnxruntime")
+    c.add_argument("bundle")
+    c.add_argument("--model", help="the source ONNX model (default: the one named in the manifest)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--atol", type=float, default=1e-4)
+    c.set_defaults(func=_cmd_check)
+
+    bn = sub.add_parser("bench", help="bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime")
+    bn.add_argument("model")
+    bn.add_argument("-o", "--output", default=None, help="workspace for the benchmark builds")
+    bn.add_argument("--iterations", type=int, default=50)
+    _add_build_options(bn)
+    bn.set_defaults(func=_cmd_bench)
+
+    ex = sub.add_parser("example", help="write the default example model (a small CNN) to a file")
+    ex.add_argument("-o", "--output", required=True)
+    ex.set_defaults(func=_cmd_example)
+    return p
+
+
+def _add_build_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--accel", choices=("vulkan", "cuda", "none"), default="vulkan")
+    p.add_argument("--vulkan-target", default="llvmpipe",
+                   help="Vulkan arch to compile for; must match the device (llvmpipe for Mesa lavapipe)")
+    p.add_argument("--cuda-target", default="sm_80")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    p.add_argument("--min-compute", type=int, default=2,
+                   help="accelerator regions with fewer compute nodes stay on the host")
+    p.add_argument("--host-ops", help="comma-separated op types forced to the host")
+    p.add_argument("--accel-ops", help="comma-separated op types forced to the accelerator")
+    p.add_argument("--host-nodes", help="comma-separated node-name globs forced to the host")
+    p.add_argument("--accel-nodes", help="comma-separated node-name globs forced to the accelerator")
+    p.add_argument("--plan", help="build exactly this plan.json (validated first)")
+    p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
+                   help="write the stage's output into OUTPUT/build")
+
+
+def _build_options(args: argparse.Namespace):
+    from aot.load import parse_shape
+    from aot.partition.support import Overrides, split_names
+    from aot.pipeline import BuildOptions
+
+    return BuildOptions(
+        accel=args.accel, vulkan_target=args.vulkan_target, cuda_target=args.cuda_target,
+        input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
+        overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
+                            split_names(args.host_nodes), split_names(args.accel_nodes)),
+        plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after))
+
+
+def _model_path(spec: str) -> Path:
+    if spec.startswith("zoo:"):
+        from aot import zoo
+
+        return zoo.resolve(spec)
+    return Path(spec)
+
+
+def _model_and_options(args: argparse.Namespace):
+    """Resolve zoo:NAME models and apply their recipe (static input shapes) unless overridden."""
+    options = _build_options(args)
+    if args.model.startswith("zoo:"):
+        import dataclasses
+
+        from aot import zoo
+
+        entry = zoo.by_name(args.model[4:])
+        given = dict(options.input_shapes)
+        shapes = tuple((n, given.get(n, s)) for n, s in entry.input_shapes)
+        options = dataclasses.replace(options, input_shapes=shapes)
+    return _model_path(args.model), options
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from aot.pipeline import build
+
+    model, options = _model_and_options(args)
+    result = build(model, Path(args.output), options, progress=lambda s: print(s, file=sys.stderr))
+    m = result.bundle.manifest
+    for r in m["regions"]:
+        note = "  (fell back from the accelerator)" if r["fallback"] else ""
+        print(f"region {r['name']}: {r['target']}:{r['arch']} {len(r['nodes'])} nodes{note}", file=sys.stderr)
+    print(result.bundle.path)
+    print(result.bundle.stub)
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from aot.pipeline import plan_model
+
+    model, options = _model_and_options(args)
+    _, view, plan = plan_model(model, options)
+    if args.output:
+        plan.save(Path(args.output))
+        print(args.output)
+    else:
+        print(json.dumps(plan.to_json(), indent=2))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from aot import runtime
+    from aot.errors import RuntimeInputError
+
+    inputs = {}
+    for item in args.input:
+        name, sep, ref = item.partition("=")
+        if not sep or not ref.startswith("@"):
+            raise RuntimeInputError(f"bad --input {item!r}", hint="write it as NAME=@file.npy")
+        try:
+            inputs[name] = np.load(ref[1:], allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RuntimeInputError(f"cannot read input {name!r} from {ref[1:]!r}: {e}") from e
+    with runtime.load(args.bundle) as session:
+        outputs = session.run(inputs)
+        names = [o["name"] for o in session.manifest["outputs"]]
+    if args.output_dir:
+        from aot.names import file_name
+
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (name, arr) in enumerate(zip(names, outputs)):
+            path = out / file_name(f"{i}_{name}", ".npy")
+            np.save(path, arr)
+            print(path)
+    else:
+        np.set_printoptions(threshold=50, edgeitems=3)
+        for name, arr in zip(names, outputs):
+            print(f"{name!r}: {arr.dtype}{list(arr.shape)}\n{arr}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from aot import manifest, report
+
+    print(report.text(manifest.read(Path(args.bundle))))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from aot import check
+
+    result = check.check_bundle(Path(args.bundle), Path(args.model) if args.model else None, seed=args.seed)
+    print(result.summary())
+    if result.max_abs_error > args.atol:
+        print(f"ERROR: max abs error {result.max_abs_error:.3g} exceeds {args.atol:g}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from aot import bench
+
+    model, options = _model_and_options(args)
+    out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
+    print(bench.run(model, out, options, iterations=args.iterations).text())
+    return 0
+
+
+def _cmd_example(args: argparse.Namespace) -> int:
+    from aot import examples
+
+    print(examples.write(Path(args.output)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""One error hierarchy for every stage.
+
+Each error carries the fields that explain it and a hint saying what to do next; the message is
+built from those fields so that the CLI can print ``ERROR: <message>`` and exit non-zero.
+"""
+
+from __future__ import annotations
+
+
+class AotError(Exception):
+    """Base of every error `aot` raises on purpose."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+
+
+class ModelError(AotError):
+    """The ONNX model cannot be used as given (malformed, unsupported opset/domain, bad shapes)."""
+
+
+class ImporterError(AotError):
+    """IREE's ONNX importer rejected a model that passed validation."""
+
+
+class PartitionError(AotError):
+    """A plan is invalid (cycle, node missing or duplicated, unknown device)."""
+
+
+class OutlineError(AotError):
+    """A region could not be cut out of the imported MLIR."""
+
+
+class CompileError(AotError):
+    """``iree-compile`` failed; carries argv, the stderr tail and a one-line repro."""
+
+    def __init__(self, region: str, argv: list[str], returncode: int, stderr: str) -> None:
+        self.region = region
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.stderr_tail = "\n".join(stderr.strip().splitlines()[-15:])
+        repro = " ".join(_shell_quote(a) for a in argv)
+        super().__init__(
+            f"iree-compile failed for region {region!r} (exit {returncode}):\n{self.stderr_tail}",
+            hint=f"reproduce with: {repro}",
+        )
+
+
+class BundleError(AotError):
+    """A bundle on disk is missing files, corrupt, or was built by an incompatible version."""
+
+
+class DeviceError(AotError):
+    """A device named by the bundle cannot be opened, or does not match what was compiled for."""
+
+
+class RuntimeInputError(AotError):
+    """Inputs given to a bundle do not match its signature (name, dtype or shape)."""
+
+
+def _shell_quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)

@@ -1,0 +1,215 @@
+"""Load and validate an ONNX model: strict checks, opset upgrade, static shapes, shape inference.
+
+Everything later stages rely on is established here, so that they can assume a checked model with
+unique node names and fully static, inferred tensor types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+import onnx
+import onnx.inliner
+from onnx import shape_inference, version_converter
+
+from aot.errors import ModelError
+
+TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
+SUPPORTED_DOMAINS = ("", "ai.onnx")
+MAX_MODEL_BYTES = 2 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    dtype: str            # numpy dtype name, e.g. "float32"
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModelSource:
+    """A validated model ready to import. ``model`` is the normalised proto (unique node names)."""
+
+    path: Path
+    name: str
+    sha256: str
+    opset: int
+    model: onnx.ModelProto
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``name=1x3x224x224`` as given to ``--input-shape``."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise ModelError(f"bad --input-shape {text!r}", hint="write it as NAME=1x3x224x224")
+    return name, shape
+
+
+def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> ModelSource:
+    """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong."""
+    path = Path(path)
+    raw = _read(path)
+    model = _parse(raw, path)
+    _load_external_data(model, path)
+    _check_domains(model, path)
+    if model.functions:
+        model = onnx.inliner.inline_local_functions(model)
+    model = _upgrade_opset(model, path)
+    _pin_input_shapes(model, dict(input_shapes or {}), path)
+    _name_nodes(model)
+    model = _check_and_infer(model, path)
+    name = model.graph.name or path.stem
+    # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
+    # iree-compile, so the imported function always gets a fixed name and `name` stays data.
+    model.graph.name = "main_graph"
+    inputs = tuple(_spec(v, path) for v in _real_inputs(model))
+    outputs = tuple(_spec(v, path) for v in model.graph.output)
+    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ModelError(f"cannot read model {str(path)!r}: {e.strerror}",
+                         hint="check the path given to aot build") from e
+    if not raw:
+        raise ModelError(f"model file {str(path)!r} is empty", hint="re-export or re-download the model")
+    if len(raw) > MAX_MODEL_BYTES:
+        raise ModelError(f"model file {str(path)!r} is larger than 2 GiB",
+                         hint="save it with external data (onnx.save(..., save_as_external_data=True))")
+    return raw
+
+
+def _parse(raw: bytes, path: Path) -> onnx.ModelProto:
+    try:
+        model = onnx.load_model_from_string(raw)
+    except Exception as e:  # protobuf raises DecodeError and friends
+        raise ModelError(f"{str(path)!r} is not an ONNX model (protobuf parse failed: {e})",
+                         hint="the file may be truncated or not ONNX at all; re-export it") from e
+    if not model.graph.node:
+        raise ModelError(f"{str(path)!r} has no graph nodes (truncated or not an ONNX model)",
+                         hint="re-export or re-download the model")
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
+    base = path.resolve().parent
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        rel = PurePath(location)
+        # External data may only live beside the model: an absolute path or '..' could read any file.
+        if rel.is_absolute() or ".." in rel.parts or not (base / rel).is_file():
+            raise ModelError(f"tensor {tensor.name!r} points at external data {location!r} that is "
+                             "missing or outside the model's folder",
+                             hint="keep external data files next to the .onnx file")
+    try:
+        onnx.load_external_data_for_model(model, str(base))
+    except Exception as e:
+        raise ModelError(f"cannot load external data for {str(path)!r}: {e}") from e
+
+
+def _check_domains(model: onnx.ModelProto, path: Path) -> None:
+    local = {f.domain for f in model.functions}
+    bad: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        if node.domain not in SUPPORTED_DOMAINS and node.domain not in local:
+            bad.setdefault(node.domain, []).append(f"{node.op_type} ({node.name or 'unnamed'})")
+    if bad:
+        desc = "; ".join(f"domain {d!r}: {', '.join(ops[:5])}" + (f" and {len(ops) - 5} more" if len(ops) > 5 else "")
+                         for d, ops in bad.items())
+        raise ModelError(f"{str(path)!r} uses operators outside the standard ONNX domain: {desc}",
+                         hint="export the model with standard ONNX ops only (no contrib/custom ops)")
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in SUPPORTED_DOMAINS), 0)
+
+
+def _upgrade_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    opset = _opset(model)
+    latest = onnx.defs.onnx_opset_version()
+    if opset == 0:
+        raise ModelError(f"{str(path)!r} declares no standard ONNX opset", hint="re-export the model")
+    if opset > latest:
+        raise ModelError(f"{str(path)!r} needs opset {opset}; this onnx ({onnx.__version__}) knows up to {latest}",
+                         hint="re-export with a lower opset or upgrade onnx")
+    if opset >= TARGET_OPSET:
+        return model
+    try:
+        return version_converter.convert_version(model, TARGET_OPSET)
+    except Exception as e:
+        raise ModelError(f"cannot upgrade {str(path)!r} from opset {opset} to {TARGET_OPSET}: {e}",
+                         hint="re-export the model at opset 17 or newer") from e
+
+
+def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in inits]
+
+
+def _pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
+    inputs = {v.name: v for v in _real_inputs(model)}
+    for name in shapes:
+        if name not in inputs:
+            raise ModelError(f"--input-shape names {name!r}, which is not an input of the model",
+                             hint=f"inputs are: {', '.join(map(repr, inputs))}")
+    for name, value in inputs.items():
+        dims = value.type.tensor_type.shape.dim
+        if name in shapes:
+            if len(shapes[name]) != len(dims):
+                raise ModelError(f"--input-shape {name}: rank {len(shapes[name])} given, model input has rank {len(dims)}")
+            for dim, size in zip(dims, shapes[name]):
+                if dim.HasField("dim_value") and dim.dim_value != size:
+                    raise ModelError(f"--input-shape {name}: dim {dim.dim_value} is fixed by the model, {size} given")
+                dim.dim_value = size
+        elif not value.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
+            shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+            raise ModelError(f"input {name!r} has a dynamic shape [{shown}]; aot compiles static shapes",
+                             hint=f"pass --input-shape {name}=" + "x".join(
+                                 str(d.dim_value) if d.HasField("dim_value") else "1" for d in dims))
+
+
+def _name_nodes(model: onnx.ModelProto) -> None:
+    """Give every node a unique, non-empty name: node names are how regions refer to nodes."""
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        node.name = name
+
+
+def _check_and_infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except (onnx.checker.ValidationError, shape_inference.InferenceError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{str(path)!r} fails the ONNX checker: {first}",
+                         hint="fix or re-export the model; onnx.checker.check_model shows the full report") from e
+    for v in inferred.graph.output:
+        t = v.type.tensor_type
+        if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
+            raise ModelError(f"output {v.name!r} has no static shape after shape inference",
+                             hint="pin the inputs with --input-shape or simplify the model (onnxsim)")
+    return inferred
+
+
+def _spec(value: onnx.ValueInfoProto, path: Path) -> TensorSpec:
+    t = value.type.tensor_type
+    if not t.elem_type:
+        raise ModelError(f"graph value {value.name!r} is not a tensor", hint="sequences and maps are not supported")
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+    return TensorSpec(value.name, dtype, tuple(d.dim_value for d in t.shape.dim))

@@ -1,0 +1,101 @@
+"""Cycle-free merging of same-label nodes into regions.
+
+Nodes are placed in topological order; a node joins a region of one of its same-label predecessors
+only when that region cannot reach the node's other predecessors (that path would come back into
+the region: a cycle between regions). Then same-label regions are fused while no third region lies
+on a path between them. Every step keeps the region graph acyclic, so the result is valid on any DAG.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from aot.graph import GraphView
+
+
+class _RegionGraph:
+    def __init__(self) -> None:
+        self.members: list[list[str]] = []
+        self.label: list[str] = []
+        self.succ: list[set[int]] = []
+        self.pred: list[set[int]] = []
+        self.alive: list[bool] = []
+
+    def new(self, label: str) -> int:
+        self.members.append([]); self.label.append(label)
+        self.succ.append(set()); self.pred.append(set()); self.alive.append(True)
+        return len(self.members) - 1
+
+    def edge(self, a: int, b: int) -> None:
+        if a != b:
+            self.succ[a].add(b); self.pred[b].add(a)
+
+    def reaches(self, src: int, dst: int, *, skip_direct: bool = False) -> bool:
+        """Is there a path src -> ... -> dst (with skip_direct: one through another region)?"""
+        stack = [s for s in self.succ[src] if not (skip_direct and s == dst)]
+        seen = set(stack)
+        while stack:
+            r = stack.pop()
+            if r == dst:
+                return True
+            for s in self.succ[r]:
+                if s not in seen:
+                    seen.add(s); stack.append(s)
+        return False
+
+    def fuse(self, keep: int, gone: int) -> None:
+        self.members[keep].extend(self.members[gone])
+        for s in self.succ[gone]:
+            self.pred[s].discard(gone); self.edge(keep, s)
+        for p in self.pred[gone]:
+            self.succ[p].discard(gone); self.edge(p, keep)
+        self.succ[keep].discard(keep); self.pred[keep].discard(keep)
+        self.succ[gone] = set(); self.pred[gone] = set()
+        self.alive[gone] = False; self.members[gone] = []
+
+
+def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Group nodes into label-homogeneous regions with an acyclic region graph.
+
+    ``labels`` maps node name -> label. Returns (label, node names in topological order) per
+    region, regions in order of their first node.
+    """
+    g = _RegionGraph()
+    region_of: dict[str, int] = {}
+    for node in view.nodes:
+        want = labels[node.name]
+        pred_regions = {region_of[p] for p in view.predecessors(node.name)}
+        candidates = sorted((r for r in pred_regions if g.label[r] == want), key=lambda r: -len(g.members[r]))
+        home = next((r for r in candidates
+                     if not any(g.reaches(r, o) for o in pred_regions - {r})), None)
+        if home is None:
+            home = g.new(want)
+        g.members[home].append(node.name)
+        region_of[node.name] = home
+        for r in pred_regions:
+            g.edge(r, home)
+    _fuse_regions(g)
+    order = {n.name: i for i, n in enumerate(view.nodes)}
+    out = [(g.label[r], tuple(sorted(g.members[r], key=order.__getitem__)))
+           for r in range(len(g.members)) if g.alive[r]]
+    return sorted(out, key=lambda item: order[item[1][0]])
+
+
+def _fuse_regions(g: _RegionGraph) -> None:
+    changed = True
+    while changed:
+        changed = False
+        live = [r for r in range(len(g.members)) if g.alive[r]]
+        for a in live:
+            for b in live:
+                if a == b or not g.alive[a] or not g.alive[b] or g.label[a] != g.label[b]:
+                    continue
+                if b in g.succ[a]:
+                    ok = not g.reaches(a, b, skip_direct=True)   # the edge is the only path
+                elif a < b:
+                    ok = not g.reaches(a, b) and not g.reaches(b, a)  # independent siblings
+                else:
+                    continue
+                if ok:
+                    g.fuse(a, b)
+                    changed = True

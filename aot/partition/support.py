@@ -1,0 +1,119 @@
+"""Per-target operator support tables. Every decision carries a reason, never a bare bool."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from aot.graph import GraphView, Node
+
+ACCEL = "accel"
+HOST = "host"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    supported: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    device: str   # ACCEL or HOST
+    reason: str
+
+
+_SELECTION = ("selection/sort op: IREE lowers it to a sequential iree_linalg_ext sort/topk that "
+              "gains nothing on a GPU; the host runs it")
+_DATA_DEPENDENT = "output shape depends on the data: needs dynamic shapes, which aot compiles on the host only"
+_CONTROL_FLOW = "control flow (nested graph): kept whole on the host"
+_RANDOM = "random number generation: kept on the host so results stay reproducible across devices"
+
+# Ops that stay on the host for every accelerator, registered under "<target>.<Op>" below.
+_COMMON_HOST_OPS: Mapping[str, str] = {
+    "TopK": _SELECTION, "ArgMax": _SELECTION, "ArgMin": _SELECTION,
+    "NonZero": _DATA_DEPENDENT, "Unique": _DATA_DEPENDENT, "NonMaxSuppression": _DATA_DEPENDENT,
+    "Compress": _DATA_DEPENDENT,
+    "If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW,
+    "RandomNormal": _RANDOM, "RandomUniform": _RANDOM, "RandomNormalLike": _RANDOM,
+    "RandomUniformLike": _RANDOM, "Multinomial": _RANDOM, "Bernoulli": _RANDOM,
+}
+
+# Registry of host-only ops under dotted names, e.g. "vulkan-spirv.TopK" -> reason.
+HOST_ONLY: dict[str, str] = {f"{t}.{op}": r for t in ("vulkan-spirv", "cuda") for op, r in _COMMON_HOST_OPS.items()}
+
+# Element types an accelerator target cannot compute with or pass across a boundary.
+BANNED_DTYPES: dict[str, dict[str, str]] = {
+    "vulkan-spirv": {"float64": "float64 is not supported by SPIR-V targets without Float64",
+                     "bool": "i1 tensors cannot cross a Vulkan buffer boundary"},
+    "cuda": {},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SupportTable:
+    """Support for one accelerator target: host-only ops plus dtype and shape predicates."""
+
+    target: str
+    host_only: Mapping[str, str] = field(default_factory=dict)
+    banned_dtypes: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_target(cls, target: str) -> "SupportTable":
+        prefix = f"{target}."
+        ops = {k[len(prefix):]: v for k, v in HOST_ONLY.items() if k.startswith(prefix)}
+        return cls(target, ops, BANNED_DTYPES.get(target, {}))
+
+    def decide(self, node: Node, view: GraphView) -> Decision:
+        if node.op_type in self.host_only:
+            return Decision(False, f"{self.target}.{node.op_type}: {self.host_only[node.op_type]}")
+        for v in (*node.inputs, *node.outputs):
+            value = view.values[v]
+            if value.dtype in self.banned_dtypes:
+                return Decision(False, f"{self.target}: tensor {v!r} is {value.dtype}: {self.banned_dtypes[value.dtype]}")
+            if value.shape is None:
+                return Decision(False, f"{self.target}: tensor {v!r} has no static shape")
+        return Decision(True, f"{self.target}.{node.op_type}: supported")
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """User overrides: op types and node-name globs forced to the host or to the accelerator."""
+
+    host_ops: frozenset[str] = frozenset()
+    accel_ops: frozenset[str] = frozenset()
+    host_nodes: tuple[str, ...] = ()
+    accel_nodes: tuple[str, ...] = ()
+
+    def decide(self, node: Node) -> Label | None:
+        # Node globs beat op types: the more specific instruction wins.
+        if any(fnmatch.fnmatchcase(node.name, g) for g in self.host_nodes):
+            return Label(HOST, "forced to the host by --host-nodes")
+        if any(fnmatch.fnmatchcase(node.name, g) for g in self.accel_nodes):
+            return Label(ACCEL, "forced to the accelerator by --accel-nodes")
+        if node.op_type in self.host_ops:
+            return Label(HOST, f"op type {node.op_type} forced to the host by --host-ops")
+        if node.op_type in self.accel_ops:
+            return Label(ACCEL, f"op type {node.op_type} forced to the accelerator by --accel-ops")
+        return None
+
+
+def label(view: GraphView, table: SupportTable | None, overrides: Overrides = Overrides()) -> dict[str, Label]:
+    """Label each node accel or host; with no table (no accelerator) every node is host."""
+    labels: dict[str, Label] = {}
+    for node in view.nodes:
+        if table is None:
+            labels[node.name] = Label(HOST, "no accelerator requested (--accel none)")
+            continue
+        forced = overrides.decide(node)
+        if forced is not None:
+            labels[node.name] = forced
+            continue
+        d = table.decide(node, view)
+        labels[node.name] = Label(ACCEL if d.supported else HOST, d.reason)
+    return labels
+
+
+def split_names(text: str | None) -> Iterable[str]:
+    return tuple(s.strip() for s in (text or "").split(",") if s.strip())

@@ -1,0 +1,102 @@
+"""Wire the stages: load -> view -> plan -> import -> outline -> compile -> bundle."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from aot import load as load_mod
+from aot.bundle import Bundle, write_bundle
+from aot.compile import CompileJob, compile_all
+from aot.graph import GraphView
+from aot.importer import import_model
+from aot.outline import outline
+from aot.partition import Plan, make_plan, validate
+from aot.partition.partitioner import PartitionOptions
+from aot.partition.support import ACCEL, Overrides
+from aot.target import Target, accel_target
+from aot.workspace import Workspace
+
+STAGES = ("load", "plan", "import", "outline", "compile", "bundle")
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    accel: str = "vulkan"                    # vulkan | cuda | none
+    vulkan_target: str = "llvmpipe"
+    cuda_target: str = "sm_80"
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    min_compute: int = 2
+    overrides: Overrides = Overrides()
+    plan_file: Path | None = None
+    all_host: bool = False                   # compile every region for llvm-cpu (benchmarks)
+    whole: bool = False                      # one region, no partitioning (benchmarks)
+    dump_after: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    bundle: Bundle
+    plan: Plan
+    timings: tuple[tuple[str, float], ...] = field(default=())
+
+
+def plan_model(model: Path, options: BuildOptions) -> tuple[load_mod.ModelSource, GraphView, Plan]:
+    """Load and partition without compiling (what `aot build` does before IREE is involved)."""
+    source = load_mod.load(model, dict(options.input_shapes))
+    view = GraphView.from_onnx(source.model)
+    target = None if options.whole else accel_target(options.accel, vulkan_target=options.vulkan_target,
+                                                       cuda_target=options.cuda_target)
+    if options.plan_file is not None:
+        plan = Plan.load(options.plan_file)
+        validate(plan, view)
+    else:
+        plan = make_plan(view, PartitionOptions(target.backend if target else None, options.min_compute,
+                                                options.overrides))
+    return source, view, plan
+
+
+def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
+          progress: Callable[[str], None] = lambda s: None) -> BuildResult:
+    ws = Workspace(Path(out_dir))
+    timings: list[tuple[str, float]] = []
+    clock = time.perf_counter()
+
+    def done(stage: str, detail: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings.append((stage, now - clock))
+        clock = now
+        progress(f"{stage:8s} {detail} ({timings[-1][1]:.1f}s)")
+
+    source, view, plan = plan_model(model, options)
+    done("plan", f"{len(view.nodes)} nodes -> {len(plan.regions)} region(s)")
+    ws.prepare()
+    if "plan" in options.dump_after:
+        plan.save(ws.build / "01-plan.json")
+    imported = import_model(source, ws.params)
+    if "import" in options.dump_after:
+        (ws.build / "02-import.mlir").write_text(imported.mlir)
+    done("import", f"weights in {ws.params.name}")
+    outlined = outline(imported, plan, view)
+    for o in outlined:
+        ws.region_mlir(o.name).write_text(o.mlir)
+    done("outline", f"{len(outlined)} module(s) in {ws.build / 'regions'}")
+    accel = None if options.all_host else accel_target(options.accel, vulkan_target=options.vulkan_target,
+                                                        cuda_target=options.cuda_target)
+    jobs = [CompileJob(r.name, ws.region_mlir(r.name),
+                       accel if (r.device == ACCEL and accel is not None) else Target.host())
+            for r in plan.regions]
+    compiled = compile_all(jobs, ws.cache)
+    fallbacks = sum(c.fallback is not None for c in compiled)
+    done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, {fallbacks} fell back")
+    bundle = write_bundle(ws, source, plan, view, imported, outlined, compiled)
+    done("bundle", str(bundle.path))
+    return BuildResult(bundle, plan, tuple(timings))
+
+
+def clean(out_dir: Path) -> None:
+    shutil.rmtree(Workspace(Path(out_dir)).build, ignore_errors=True)

