@@ -25,21 +25,11 @@ from typing import NoReturn
 import numpy as np
 import onnx
 
-try:
-    from aot.errors import ModelError as _Base
-except ImportError:  # pragma: no cover - standalone use
-    _Base = Exception  # type: ignore[assignment,misc]
+from aot.errors import ModelError
 
 
-class ZooError(_Base):  # type: ignore[valid-type,misc]
-    """A zoo model cannot be fetched, verified or extracted; carries a hint."""
-
-    def __init__(self, message: str, *, hint: str = "") -> None:
-        if _Base is Exception:
-            self.message, self.hint = message, hint
-            Exception.__init__(self, f"{message}\n  hint: {hint}" if hint else message)
-        else:
-            super().__init__(message, hint=hint)
+class ZooError(ModelError):
+    """A zoo model cannot be fetched, verified or extracted."""
 
 
 @dataclass(frozen=True, slots=True)

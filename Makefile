@@ -1,0 +1,33 @@
+# A thin shell over the `aot` CLI. `make model` and `make test` install what they need.
+VENV   ?= .venv
+AOT    := $(VENV)/bin/aot
+PY     := $(VENV)/bin/python
+ACCEL  ?= vulkan
+EXAMPLE := artifacts/tiny_cnn/tiny_cnn.onnx
+MODEL  ?= $(EXAMPLE)
+NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
+OUT    := artifacts/$(NAME)
+
+.PHONY: setup model test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+$(EXAMPLE): | setup
+	$(AOT) example -o $@
+
+# Build MODEL (default: the example CNN) into artifacts/NAME/bundle, then run the bundle once
+# through its generated Python stub and compare with onnxruntime.
+model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
+	$(AOT) build $(MODEL) --accel $(ACCEL) -o $(OUT)
+	$(AOT) check $(OUT)/bundle
+	$(AOT) report $(OUT)/bundle
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
+	$(AOT) bench $(MODEL) -o artifacts/bench/$(NAME)
+
+clean:
+	rm -rf artifacts/*/ .pytest_cache
