@@ -39,7 +39,10 @@ class CompileError(AotError):
         self.region = region
         self.argv = tuple(argv)
         self.returncode = returncode
-        self.stderr_tail = "\n".join(stderr.strip().splitlines()[-15:])
+        lines = stderr.strip().splitlines()
+        # A crashing compiler ends with a stack dump; its diagnostics ("error: ...") say more.
+        errors = [line for line in lines if "error:" in line][:5]
+        self.stderr_tail = "\n".join(errors or lines[-15:])
         repro = " ".join(_shell_quote(a) for a in argv)
         super().__init__(
             f"iree-compile failed for region {region!r} (exit {returncode}):\n{self.stderr_tail}",

@@ -15,7 +15,7 @@ from aot.graph import GraphView
 from aot.importer import import_model
 from aot.outline import outline
 from aot.partition import Plan, make_plan, validate
-from aot.partition.partitioner import PartitionOptions
+from aot.partition.partitioner import PartitionOptions, single_region_plan
 from aot.partition.support import ACCEL, Overrides
 from aot.target import Target, accel_target
 from aot.workspace import Workspace
@@ -50,7 +50,9 @@ def plan_model(model: Path, options: BuildOptions) -> tuple[load_mod.ModelSource
     view = GraphView.from_onnx(source.model)
     target = None if options.whole else accel_target(options.accel, vulkan_target=options.vulkan_target,
                                                        cuda_target=options.cuda_target)
-    if options.plan_file is not None:
+    if options.whole:
+        plan = single_region_plan(view)
+    elif options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
     else:

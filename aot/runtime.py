@@ -90,16 +90,31 @@ class Session:
             raise BundleError("this session is closed")
         values: dict[str, tuple[str | None, Any]] = {
             name: (None, arr) for name, arr in check_inputs(self._inputs, inputs).items()}
-        for name in self._schedule:
-            region = self._regions[name]
-            driver = region["driver"]
-            args = [self._move(values[v], driver) for v in region["inputs"]]
+        try:
+            for name in self._schedule:
+                self._run_region(name, values)
+            return tuple(self._to_numpy(values[o["name"]], o["dtype"]) for o in self._outputs)
+        finally:
+            # Device buffers must not outlive this call through a traceback: released after
+            # their device at interpreter exit, they crash the process.
+            values.clear()
+
+    def _run_region(self, name: str, values: dict[str, tuple[str | None, Any]]) -> None:
+        region = self._regions[name]
+        driver = region["driver"]
+        args = [self._move(values[v], driver) for v in region["inputs"]]
+        try:
             results = self._invokers[name](*args)
-            if not isinstance(results, (tuple, list)):
-                results = (results,)
-            for v, res in zip(region["outputs"], results):
-                values[v] = (driver, res)
-        return tuple(self._to_numpy(values[o["name"]], o["dtype"]) for o in self._outputs)
+        except (ValueError, RuntimeError) as e:
+            raise DeviceError(f"region {name!r} failed on {driver!r}: {str(e).splitlines()[0]}",
+                              hint="run `aot check` on the bundle; rebuild with --accel none to rule out "
+                                   "the accelerator") from None
+        finally:
+            args.clear()
+        if not isinstance(results, (tuple, list)):
+            results = (results,)
+        for v, res in zip(region["outputs"], results):
+            values[v] = (driver, res)
 
     @staticmethod
     def _move(value: tuple[str | None, Any], driver: str) -> Any:
@@ -109,7 +124,7 @@ class Session:
         # Across devices through host memory. Accelerator modules are compiled with mappable
         # external resources, so to_host() maps the result instead of tripping Vulkan's
         # 4096-byte host-pointer alignment rule.
-        return np.ascontiguousarray(arr.to_host())
+        return _contiguous(arr.to_host())
 
     @staticmethod
     def _to_numpy(value: tuple[str | None, Any], dtype: str) -> np.ndarray:
@@ -186,8 +201,13 @@ def check_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any]) -> dict
         if arr.shape != want_shape:
             raise RuntimeInputError(f"input {name!r}: expected shape {list(want_shape)}, got {list(arr.shape)}",
                                     hint="rebuild with --input-shape to compile another shape")
-        out[name] = np.ascontiguousarray(arr)
+        out[name] = _contiguous(arr)
     return out
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,), which IREE rejects.
+    return np.require(arr, requirements="C")
 
 
 @atexit.register

@@ -1,0 +1,62 @@
+"""Shared fixtures: the example model, bundles built once per session, graph builders."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aot import examples
+from aot.graph import GraphView, Node, Value
+from aot.pipeline import BuildOptions, build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types: dict[str, str] | None = None) -> GraphView:
+    """A GraphView from edges ("A", "B"); every node has one output ``<name>.out``."""
+    names = order or list(dict.fromkeys([n for e in edges for n in e]))
+    nodes = [Node(n, (op_types or {}).get(n, "Conv"), tuple(f"{a}.out" for a, b in edges if b == n), (f"{n}.out",))
+             for n in names]
+    sinks = [f"{n}.out" for n in names if not any(a == n for a, _ in edges)]
+    values = {f"{n}.out": Value(f"{n}.out", "float32", (1, 8)) for n in names}
+    return GraphView.build(nodes, [], sinks, values)
+
+
+@pytest.fixture(scope="session")
+def example_model(tmp_path_factory) -> Path:
+    return examples.write(tmp_path_factory.mktemp("example") / "tiny_cnn.onnx")
+
+
+@pytest.fixture(scope="session")
+def vulkan_bundle(example_model, tmp_path_factory):
+    """The example CNN built for Vulkan (lavapipe) + CPU."""
+    _require_vulkan()
+    return build(example_model, tmp_path_factory.mktemp("vk") / "tiny_cnn", BuildOptions(accel="vulkan"))
+
+
+@pytest.fixture(scope="session")
+def host_bundle(example_model, tmp_path_factory):
+    return build(example_model, tmp_path_factory.mktemp("host") / "tiny_cnn", BuildOptions(accel="none"))
+
+
+def _require_vulkan() -> None:
+    """Device tests run on a real Vulkan device (lavapipe in CI); a missing driver is a failure,
+    not a skip, because `make test` installs it."""
+    import iree.runtime as rt
+
+    try:
+        devices = rt.get_driver("vulkan").query_available_devices()
+    except Exception as e:  # noqa: BLE001 - report whatever the driver says
+        pytest.fail(f"no Vulkan driver ({e}); `make test` installs mesa-vulkan-drivers libvulkan1")
+    assert devices, "Vulkan driver has no device; install mesa-vulkan-drivers"
+
+
+def run_aot(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "aot.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"aot {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc

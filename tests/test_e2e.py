@@ -1,0 +1,198 @@
+"""Build -> bundle -> generated stub, on the real Vulkan device (lavapipe) and the CPU, against
+onnxruntime. Plus the CLI contract, input validation, device checks and compile fallback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aot import check, manifest as mf, runtime
+from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
+from aot.pipeline import BuildOptions, build
+from aot.target import Target
+from conftest import run_aot
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def golden(bundle_path, model_path, seed=0):
+    data = mf.read(bundle_path)
+    inputs = check.random_inputs(data["inputs"], seed)
+    stub = check.load_stub_class(bundle_path)()   # the generated stub, with its default bundle dir
+    try:
+        actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
+    finally:
+        stub.close()
+    expected = check.onnxruntime_outputs(model_path, inputs, [o["name"] for o in data["outputs"]])
+    for a, e, o in zip(actual, expected, data["outputs"]):
+        assert a.dtype == e.dtype and a.shape == e.shape, o["name"]
+        np.testing.assert_allclose(a, e, rtol=RTOL, atol=ATOL, err_msg=o["name"])
+
+
+def test_default_model_on_vulkan_and_cpu_matches_onnxruntime(vulkan_bundle, example_model):
+    m = vulkan_bundle.bundle.manifest
+    targets = [r["target"] for r in m["regions"]]
+    assert "vulkan-spirv" in targets and "llvm-cpu" in targets
+    assert all(r["fallback"] is None for r in m["regions"])
+    vk = next(r for r in m["regions"] if r["target"] == "vulkan-spirv")
+    assert vk["arch"] == "llvmpipe" and vk["driver"] == "vulkan"
+    for seed in range(3):
+        golden(vulkan_bundle.bundle.path, example_model, seed)
+
+
+def test_host_only_bundle_matches_onnxruntime(host_bundle, example_model):
+    assert {r["target"] for r in host_bundle.bundle.manifest["regions"]} == {"llvm-cpu"}
+    golden(host_bundle.bundle.path, example_model)
+
+
+def test_manifest_contract(vulkan_bundle, example_model):
+    m = vulkan_bundle.bundle.manifest
+    assert m["schema_version"] == 1
+    assert m["model"]["name"] == "tiny_cnn"
+    import hashlib
+    assert m["model"]["sha256"] == hashlib.sha256(example_model.read_bytes()).hexdigest()
+    assert m["inputs"] == [{"name": "image", "dtype": "float32", "shape": [1, 3, 32, 32]}]
+    assert [o["name"] for o in m["outputs"]] == ["logits", "top_probs", "top_classes"]
+    assert set(m["toolchain"]) >= {"aot", "iree-base-compiler", "onnx"}
+    nodes = [n for r in m["regions"] for n in r["nodes"]]
+    assert sorted(nodes) == sorted(n.name for n in onnx.load(str(example_model)).graph.node)
+    for r in m["regions"]:
+        assert (vulkan_bundle.bundle.path / r["module"]).is_file()
+        assert mf.file_sha256(vulkan_bundle.bundle.path / r["module"]) == r["sha256"]
+    topk = next(r for r in m["regions"] if "top5" in r["nodes"])
+    assert topk["target"] == "llvm-cpu" and "TopK" in m["host_reasons"]["top5"]
+    assert m["schedule"] == [r["name"] for r in m["regions"]]
+
+
+def test_intermediates_stay_on_device_within_a_region_chain(vulkan_bundle):
+    """Only the boundary tensor crosses devices: 'probs' from Vulkan to the CPU."""
+    m = vulkan_bundle.bundle.manifest
+    crossing = [v for r in m["regions"] for v in r["inputs"] if v not in {"image"}]
+    assert crossing == ["probs"]
+
+
+def test_aot_run_reproduces_onnxruntime(vulkan_bundle, example_model, tmp_path):
+    x = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    proc = run_aot("run", str(vulkan_bundle.bundle.path), "--input", f"image=@{tmp_path / 'x.npy'}",
+                   "--output-dir", str(out))
+    files = proc.stdout.split()
+    assert len(files) == 3
+    expected = check.onnxruntime_outputs(example_model, {"image": x}, ["logits", "top_probs", "top_classes"])
+    for f, e in zip(files, expected):
+        np.testing.assert_allclose(np.load(f), e, rtol=RTOL, atol=ATOL)
+
+
+def test_aot_report_names_devices_reasons_and_bytes(vulkan_bundle):
+    text = run_aot("report", str(vulkan_bundle.bundle.path)).stdout
+    assert "vulkan-spirv:llvmpipe" in text and "llvm-cpu:host" in text
+    assert "TopK" in text and "'probs'" in text and "40 B" in text
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"image": np.zeros((1, 3, 32, 32), np.float64)}, "expected dtype float32, got float64"),
+    ({"image": np.zeros((1, 3, 16, 16), np.float32)}, r"expected shape \[1, 3, 32, 32\], got \[1, 3, 16, 16\]"),
+    ({}, "missing input 'image'"),
+    ({"image": np.zeros((1, 3, 32, 32), np.float32), "extra": np.zeros(1)}, "unknown input 'extra'"),
+])
+def test_wrong_inputs_get_a_typed_error(vulkan_bundle, inputs, message):
+    with runtime.load(vulkan_bundle.bundle.path) as session:
+        with pytest.raises(RuntimeInputError, match=message):
+            session.run(inputs)
+
+
+def test_runtime_refuses_a_bundle_compiled_for_another_vulkan_device(vulkan_bundle, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(vulkan_bundle.bundle.path, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    next(r for r in data["regions"] if r["driver"] == "vulkan")["arch"] = "ampere"
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(DeviceError, match="compiled for Vulkan target 'ampere'"):
+        runtime.load(copy)
+
+
+def test_corrupt_bundle_is_refused(vulkan_bundle, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(vulkan_bundle.bundle.path, copy)
+    module = copy / vulkan_bundle.bundle.manifest["regions"][0]["module"]
+    module.write_bytes(module.read_bytes()[:100])
+    with pytest.raises(BundleError, match="does not match its sha256"):
+        runtime.load(copy)
+    (copy / "manifest.json").write_text("{not json")
+    with pytest.raises(BundleError, match="corrupt"):
+        runtime.load(copy)
+    proc = run_aot("run", str(copy), check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("ERROR: ")
+
+
+def test_accelerator_compile_failure_falls_back_to_host_and_is_recorded(example_model, tmp_path):
+    # An unknown Vulkan arch crashes iree-compile outright: the build survives, the region moves.
+    result = build(example_model, tmp_path / "fb", BuildOptions(accel="vulkan", vulkan_target="no_such_gpu"))
+    region = next(r for r in result.bundle.manifest["regions"] if r["planned_device"] == "accel")
+    assert region["target"] == "llvm-cpu"
+    assert "Unknown Vulkan target 'no_such_gpu'" in region["fallback"]
+    golden(result.bundle.path, example_model)
+
+
+def test_host_compile_failure_is_a_compile_error_and_keeps_the_old_bundle(example_model, tmp_path, monkeypatch):
+    out = tmp_path / "keep"
+    build(example_model, out, BuildOptions(accel="none"))
+    before = (out / "bundle" / "manifest.json").read_bytes()
+    monkeypatch.setattr(Target, "compile_flags", lambda self: ("--iree-hal-target-device=no-such-device",))
+    monkeypatch.setattr("aot.compile.compiler_version", lambda: "force-a-cache-miss")
+    with pytest.raises(CompileError) as info:
+        build(example_model, out, BuildOptions(accel="none"))
+    assert "iree-compile" in info.value.hint and "no-such-device" in " ".join(info.value.argv)
+    assert (out / "bundle" / "manifest.json").read_bytes() == before
+
+
+def test_cuda_build_compiles_without_a_gpu(example_model, tmp_path):
+    result = build(example_model, tmp_path / "cuda", BuildOptions(accel="cuda"))
+    targets = {(r["target"], r["arch"], r["driver"]) for r in result.bundle.manifest["regions"]}
+    assert ("cuda", "sm_80", "cuda") in targets and ("llvm-cpu", "host", "local-task") in targets
+
+
+def test_plan_then_build_exactly_that_plan(example_model, tmp_path):
+    plan = tmp_path / "plan.json"
+    run_aot("plan", str(example_model), "-o", str(plan))
+    data = json.loads(plan.read_text())
+    # Hand edit: move the classifier head (fc, softmax) to the host as its own region.
+    first = data["regions"][0]
+    moved = [n for n in first["nodes"] if n in ("fc", "softmax")]
+    first["nodes"] = [n for n in first["nodes"] if n not in moved]
+    data["regions"][1]["nodes"] = moved + data["regions"][1]["nodes"]
+    plan.write_text(json.dumps(data))
+    result = build(example_model, tmp_path / "edited", BuildOptions(accel="vulkan", plan_file=plan))
+    host = next(r for r in result.bundle.manifest["regions"] if r["target"] == "llvm-cpu")
+    assert host["nodes"] == ["fc", "softmax", "top5"]
+    golden(result.bundle.path, example_model)
+
+
+def hostile_model(path, name: str):
+    """The example's shape with every graph, node and tensor name replaced by hostile ones."""
+    w = numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), name + "w")
+    nodes = [helper.make_node("MatMul", [name, name + "w"], [name + "h"], name=name + "node1"),
+             helper.make_node("Relu", [name + "h"], [name + "r"], name=name),
+             helper.make_node("TopK", [name + "r", "k"], [name + "v", name + "i"], name=name + "*/topk")]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(name + "v", TensorProto.FLOAT, [1, 2]),
+         helper.make_tensor_value_info(name + "i", TensorProto.INT64, [1, 2])],
+        [w, numpy_helper.from_array(np.array([2], np.int64), "k")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("name", ['q"uote\'s\nnew*/line', "x" * 5000, "class", "%0 = @bad\\"])
+def test_hostile_names_survive_a_real_build(tmp_path, name):
+    model = hostile_model(tmp_path / "hostile.onnx", name)
+    result = build(model, tmp_path / "out", BuildOptions(accel="vulkan", min_compute=1))
+    assert len(result.bundle.manifest["regions"]) == 2
+    assert result.bundle.manifest["model"]["name"] == name
+    golden(result.bundle.path, model)

@@ -1,0 +1,110 @@
+"""Bad input gets a typed error that names the problem, and no partial or lost bundle."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aot import load
+from aot.errors import ModelError
+from aot.graph import GraphView
+from conftest import run_aot
+
+
+def small_model(opset: int = 17, domain: str = "", dynamic: bool = False) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4] if dynamic else [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4] if dynamic else [1, 4])
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"], domain=domain)]
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(helper.make_graph(nodes, "small", [x], [y], [w]), opset_imports=opsets)
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "empty.onnx"
+    p.write_bytes(b"")
+    with pytest.raises(ModelError, match="is empty"):
+        load.load(p)
+
+
+def test_truncated_file(tmp_path, example_model):
+    p = tmp_path / "cut.onnx"
+    p.write_bytes(example_model.read_bytes()[:1000])
+    with pytest.raises(ModelError, match="not an ONNX model|no graph nodes|checker"):
+        load.load(p)
+
+
+def test_text_file_is_not_a_model(tmp_path):
+    p = tmp_path / "notes.onnx"
+    p.write_text("this is not a model\n" * 20)
+    with pytest.raises(ModelError, match="not an ONNX model|no graph nodes"):
+        load.load(p)
+
+
+def test_unknown_op_domain_is_named(tmp_path):
+    p = tmp_path / "custom.onnx"
+    onnx.save(small_model(domain="com.example.custom"), p)
+    with pytest.raises(ModelError, match="com.example.custom.*Relu"):
+        load.load(p)
+
+
+def test_dynamic_input_needs_a_shape_and_the_hint_says_how(tmp_path):
+    p = tmp_path / "dyn.onnx"
+    onnx.save(small_model(dynamic=True), p)
+    with pytest.raises(ModelError, match=r"--input-shape x=1x4"):
+        load.load(p)
+    source = load.load(p, {"x": (3, 4)})
+    assert source.inputs[0].shape == (3, 4) and source.outputs[0].shape == (3, 4)
+
+
+def test_input_shape_for_unknown_input(tmp_path):
+    p = tmp_path / "m.onnx"
+    onnx.save(small_model(), p)
+    with pytest.raises(ModelError, match="not an input"):
+        load.load(p, {"nope": (1, 4)})
+
+
+def test_old_opset_is_upgraded_and_nodes_get_unique_names(tmp_path):
+    p = tmp_path / "old.onnx"
+    onnx.save(small_model(opset=11), p)
+    source = load.load(p)
+    assert source.opset == 17
+    names = [n.name for n in source.model.graph.node]
+    assert all(names) and len(set(names)) == len(names)
+    assert source.model.graph.name == "main_graph" and source.name == "small"
+    view = GraphView.from_onnx(source.model)
+    assert [n.op_type for n in view.nodes] == ["MatMul", "Relu"] and "w" in view.constants
+
+
+def test_external_data_outside_model_folder_is_refused(tmp_path):
+    model = small_model()
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("float_data"); tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="../../etc/passwd")
+    p = tmp_path / "ext.onnx"
+    p.write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError, match="outside the model's folder"):
+        load.load(p)
+
+
+@pytest.mark.parametrize("payload", [b"", b"garbage" * 10, "truncate", "custom_domain"])
+def test_cli_failed_build_keeps_the_previous_bundle(tmp_path, example_model, payload):
+    out = tmp_path / "art"
+    run_aot("build", str(example_model), "--accel", "none", "-o", str(out))
+    manifest_before = (out / "bundle" / "manifest.json").read_bytes()
+    bad = tmp_path / "bad.onnx"
+    if payload == "truncate":
+        bad.write_bytes(example_model.read_bytes()[:2000])
+    elif payload == "custom_domain":
+        onnx.save(small_model(domain="ai.onnx.ml"), bad)
+    else:
+        bad.write_bytes(payload)
+    proc = run_aot("build", str(bad), "--accel", "none", "-o", str(out), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("ERROR: ") and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    assert (out / "bundle" / "manifest.json").read_bytes() == manifest_before
+    assert sorted(p.name for p in out.iterdir()) == ["build", "bundle"]  # no staging left behind

@@ -1,0 +1,94 @@
+"""Untrusted model names through the encoders and the stub renderer."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib.util
+import keyword
+import sys
+
+import pytest
+
+from aot import names, stubs
+
+HOSTILE = [
+    "x", "'", '"', '"""', "'''", "a\nb", "a\r\nb", "*/", "/*", "??=", "\\", "\\x00", "\0", "a\0b",
+    "import os; os.system('echo pwned')", "__import__('os')", "class", "def", "None", "self", "np",
+    "1abc", "", " ", "é", "名前", "\u202e", "\ud800", "x" * 5000, "{{ raw }}", "{% if %}", "#",
+    "a.b:c/d", "-", "...", "__init__", "print(1)#",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_identifier_is_valid_python(name):
+    ident = names.py_identifier(name)
+    assert ident.isidentifier() and not keyword.iskeyword(ident)
+    assert len(ident) <= names.MAX_IDENT + 10
+
+
+def test_identifiers_stay_unique_after_mangling():
+    taken: set[str] = set()
+    idents = [names.py_identifier(n, taken) for n in ["a.b", "a_b", "a-b", "a b", "a.b", "1", "_1", "t_1"]]
+    assert len(set(idents)) == len(idents)
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_string_literal_round_trips(name):
+    literal = names.py_str(name)
+    assert "\n" not in literal and literal.isascii()
+    assert ast.literal_eval(literal) == name
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_file_name_is_portable(name):
+    f = names.file_name(name, ".py")
+    assert f.endswith(".py") and "/" not in f and "\\" not in f and not f.startswith(".")
+    assert all(c.isalnum() or c in "._-" for c in f) and len(f) <= 70
+
+
+def hostile_manifest(name: str) -> dict:
+    return {
+        "schema_version": 1,
+        "model": {"name": name, "sha256": "0" * 64, "source": name, "opset": 17},
+        "inputs": [{"name": name, "dtype": "float32", "shape": [1, 3]},
+                   {"name": name + "2", "dtype": "int64", "shape": [2]},
+                   {"name": "x", "dtype": "float32", "shape": []}],
+        "outputs": [{"name": name + "'out", "dtype": "float32", "shape": [1]}],
+        "regions": [{"name": "r0", "driver": "local-task"}],
+        "toolchain": {"aot": name},
+    }
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_stub_parses_and_imports_without_side_effects(name, tmp_path, capfd):
+    file_name, source = stubs.python_stub(hostile_manifest(name))
+    tree = ast.parse(source)
+    # Top level holds only a docstring, imports, constants and the class: importing runs nothing.
+    kinds = {type(n).__name__ for n in tree.body}
+    assert kinds <= {"Expr", "ImportFrom", "Import", "Assign", "ClassDef"}
+    path = tmp_path / file_name
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("hostile_stub", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cls = next(v for v in vars(module).values() if isinstance(v, type) and v.__module__ == "hostile_stub")
+    assert cls.INPUT_NAMES == (name, name + "2", "x")      # exact names survive as data
+    assert cls.OUTPUT_NAMES == (name + "'out",)
+    assert capfd.readouterr().out == ""
+    sys.modules.pop("hostile_stub", None)
+
+
+def test_template_refuses_a_raw_string():
+    env = stubs._environment()
+    with pytest.raises(stubs.RawStringInTemplate):
+        env.from_string("{{ value }}").render(value="raw model name")
+    assert env.from_string("{{ value | pyliteral }}").render(value="a'b") == names.py_str("a'b")
+
+
+def test_bad_dtype_in_manifest_fails_rendering():
+    m = hostile_manifest("x")
+    m = copy.deepcopy(m)
+    m["inputs"][0]["dtype"] = "float32); import os #"
+    with pytest.raises(TypeError):
+        stubs.python_stub(m)
