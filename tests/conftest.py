@@ -60,3 +60,26 @@ def run_aot(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"aot {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol: float = RTOL, atol: float = ATOL):
+    """Run the bundle through its generated stub and compare every output with onnxruntime."""
+    import numpy as np
+
+    from aot import check, manifest as mf
+
+    data = mf.read(bundle_path)
+    inputs = inputs if inputs is not None else check.random_inputs(data["inputs"], seed)
+    stub = check.load_stub_class(bundle_path)()   # the generated stub, with its default bundle dir
+    try:
+        actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
+    finally:
+        stub.close()
+    expected = check.onnxruntime_outputs(model_path, inputs, [o["name"] for o in data["outputs"]])
+    for a, e, o in zip(actual, expected, data["outputs"]):
+        assert a.dtype == e.dtype and a.shape == e.shape, o["name"]
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=o["name"])
+    return actual

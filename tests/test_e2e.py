@@ -15,24 +15,7 @@ from aot import check, manifest as mf, runtime
 from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
 from aot.pipeline import BuildOptions, build
 from aot.target import Target
-from conftest import run_aot
-
-RTOL, ATOL = 1e-4, 1e-5
-
-
-def golden(bundle_path, model_path, seed=0):
-    data = mf.read(bundle_path)
-    inputs = check.random_inputs(data["inputs"], seed)
-    stub = check.load_stub_class(bundle_path)()   # the generated stub, with its default bundle dir
-    try:
-        actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
-    finally:
-        stub.close()
-    expected = check.onnxruntime_outputs(model_path, inputs, [o["name"] for o in data["outputs"]])
-    for a, e, o in zip(actual, expected, data["outputs"]):
-        assert a.dtype == e.dtype and a.shape == e.shape, o["name"]
-        np.testing.assert_allclose(a, e, rtol=RTOL, atol=ATOL, err_msg=o["name"])
-
+from conftest import RTOL, ATOL, golden, run_aot
 
 def test_default_model_on_vulkan_and_cpu_matches_onnxruntime(vulkan_bundle, example_model):
     m = vulkan_bundle.bundle.manifest
