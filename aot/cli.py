@@ -73,6 +73,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vulkan-target", default="llvmpipe",
                    help="Vulkan arch to compile for; must match the device (llvmpipe for Mesa lavapipe)")
     p.add_argument("--cuda-target", default="sm_80")
+    p.add_argument("--host-cpu", default="host",
+                   help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
     p.add_argument("--min-compute", type=int, default=2,
                    help="accelerator regions with fewer compute nodes stay on the host")
@@ -81,6 +83,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-nodes", help="comma-separated node-name globs forced to the host")
     p.add_argument("--accel-nodes", help="comma-separated node-name globs forced to the accelerator")
     p.add_argument("--plan", help="build exactly this plan.json (validated first)")
+    p.add_argument("--name", help="model name for the manifest and the stub class (default: the graph name)")
     p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
                    help="write the stage's output into OUTPUT/build")
 
@@ -91,11 +94,11 @@ def _build_options(args: argparse.Namespace):
     from aot.pipeline import BuildOptions
 
     return BuildOptions(
-        accel=args.accel, vulkan_target=args.vulkan_target, cuda_target=args.cuda_target,
+        accel=args.accel, vulkan_target=args.vulkan_target, cuda_target=args.cuda_target, host_cpu=args.host_cpu,
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
-        plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after))
+        plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)
 
 
 def _model_path(spec: str) -> Path:
@@ -117,7 +120,7 @@ def _model_and_options(args: argparse.Namespace):
         entry = zoo.by_name(args.model[4:])
         given = dict(options.input_shapes)
         shapes = tuple((n, given.get(n, s)) for n, s in entry.input_shapes)
-        options = dataclasses.replace(options, input_shapes=shapes)
+        options = dataclasses.replace(options, input_shapes=shapes, name=options.name or entry.name)
     return _model_path(args.model), options
 
 

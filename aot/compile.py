@@ -54,8 +54,8 @@ def compiler_version() -> str:
 
 
 def compile_all(jobs: list[CompileJob], cache: Path, *, workers: int | None = None,
-                fallback: bool = True) -> tuple[CompiledRegion, ...]:
-    """Compile every job; an accelerator job that fails is retried for llvm-cpu when ``fallback``.
+                fallback: Target | None = Target.host()) -> tuple[CompiledRegion, ...]:
+    """Compile every job; an accelerator job that fails is retried for ``fallback`` (llvm-cpu).
 
     A host compile failure raises CompileError (there is nothing left to fall back to)."""
     tool = iree_compile_path()
@@ -64,13 +64,13 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, workers: int | None = No
         return tuple(pool.map(lambda j: _compile_with_fallback(tool, j, cache, fallback), jobs))
 
 
-def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: bool) -> CompiledRegion:
+def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: Target | None) -> CompiledRegion:
     try:
         return _compile_one(tool, job, cache)
     except CompileError as e:
-        if job.target.is_host or not fallback:
+        if job.target.is_host or fallback is None:
             raise
-        host = _compile_one(tool, CompileJob(job.region, job.mlir, Target.host()), cache)
+        host = _compile_one(tool, CompileJob(job.region, job.mlir, fallback), cache)
         reason = f"{job.target} compile failed, fell back to llvm-cpu: {e.stderr_tail[-600:]}"
         return CompiledRegion(host.region, host.target, host.vmfb, host.sha256, reason, host.cached, host.seconds)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ class BuildOptions:
     accel: str = "vulkan"                    # vulkan | cuda | none
     vulkan_target: str = "llvmpipe"
     cuda_target: str = "sm_80"
+    name: str | None = None                  # model name in the manifest and stub (default: graph name)
+    host_cpu: str = "host"                   # llvm-cpu target CPU; name one (x86-64-v3) to deploy elsewhere
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     min_compute: int = 2
     overrides: Overrides = Overrides()
@@ -47,6 +50,8 @@ class BuildResult:
 def plan_model(model: Path, options: BuildOptions) -> tuple[load_mod.ModelSource, GraphView, Plan]:
     """Load and partition without compiling (what `aot build` does before IREE is involved)."""
     source = load_mod.load(model, dict(options.input_shapes))
+    if options.name:
+        source = dataclasses.replace(source, name=options.name)
     view = GraphView.from_onnx(source.model)
     target = None if options.whole else accel_target(options.accel, vulkan_target=options.vulkan_target,
                                                        cuda_target=options.cuda_target)
@@ -89,10 +94,10 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     done("outline", f"{len(outlined)} module(s) in {ws.build / 'regions'}")
     accel = None if options.all_host else accel_target(options.accel, vulkan_target=options.vulkan_target,
                                                         cuda_target=options.cuda_target)
-    jobs = [CompileJob(r.name, ws.region_mlir(r.name),
-                       accel if (r.device == ACCEL and accel is not None) else Target.host())
+    host = Target("llvm-cpu", options.host_cpu)
+    jobs = [CompileJob(r.name, ws.region_mlir(r.name), accel if (r.device == ACCEL and accel is not None) else host)
             for r in plan.regions]
-    compiled = compile_all(jobs, ws.cache)
+    compiled = compile_all(jobs, ws.cache, fallback=host)
     fallbacks = sum(c.fallback is not None for c in compiled)
     done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, {fallbacks} fell back")
     bundle = write_bundle(ws, source, plan, view, imported, outlined, compiled)

@@ -1,0 +1,57 @@
+"""Run prebuilt bundles on a GPU machine: golden check through the generated stub against
+onnxruntime, then interleaved timing (medians) of the bundle vs onnxruntime on the CPU.
+
+    python scripts/gpu_check.py BUNDLE=MODEL.onnx [BUNDLE=MODEL.onnx ...]
+
+Needs only numpy, iree-base-runtime and onnxruntime (bundles are built elsewhere with
+`aot build --accel cuda --host-cpu x86-64-v3`, since iree-compile needs no GPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aot import check, manifest as mf, runtime  # noqa: E402
+
+
+def inputs_for(data: dict, model: Path) -> dict[str, np.ndarray]:
+    if any(s["name"] == "input_ids" for s in data["inputs"]):
+        from aot import zoo
+
+        return zoo.sample_inputs(zoo.by_name("minilm"), model)
+    return check.random_inputs(data["inputs"], seed=0)
+
+
+def main(pairs: list[str]) -> None:
+    import onnxruntime as ort
+
+    for pair in pairs:
+        bundle, model = (Path(p) for p in pair.split("="))
+        data = mf.read(bundle)
+        inputs = inputs_for(data, model)
+        result = check.check_bundle(bundle, model, inputs=inputs)
+        print(result.summary())
+        names = [o["name"] for o in data["outputs"]]
+        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        times: dict[str, list[float]] = {"bundle": [], "onnxruntime-cpu": []}
+        with runtime.load(bundle) as s:
+            for i in range(53):
+                for name, f in (("bundle", lambda: s.run(inputs)), ("onnxruntime-cpu", lambda: sess.run(names, inputs))):
+                    t = time.perf_counter()
+                    f()
+                    if i >= 3:
+                        times[name].append((time.perf_counter() - t) * 1e3)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"  median bundle {med['bundle']:.3f} ms, onnxruntime-cpu {med['onnxruntime-cpu']:.3f} ms, "
+              f"ratio bundle/onnxruntime {med['bundle'] / med['onnxruntime-cpu']:.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
