@@ -15,6 +15,7 @@ import onnx.inliner
 from onnx import shape_inference, version_converter
 
 from aot.errors import ModelError
+from aot.fold import fold_constants
 
 TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
 SUPPORTED_DOMAINS = ("", "ai.onnx")
@@ -39,6 +40,7 @@ class ModelSource:
     model: onnx.ModelProto
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    folded_nodes: int = 0   # nodes replaced by constants (static shape chains)
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -66,13 +68,14 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> 
     _pin_input_shapes(model, dict(input_shapes or {}), path)
     _name_nodes(model)
     model = _check_and_infer(model, path)
+    model, folded = fold_constants(model)
     name = model.graph.name or path.stem
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
     # iree-compile, so the imported function always gets a fixed name and `name` stays data.
     model.graph.name = "main_graph"
     inputs = tuple(_spec(v, path) for v in _real_inputs(model))
     outputs = tuple(_spec(v, path) for v in model.graph.output)
-    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs)
+    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs, folded)
 
 
 def _read(path: Path) -> bytes:

@@ -1,0 +1,85 @@
+"""Constant folding at load time, once shapes are static.
+
+With every input shape pinned, Shape/Size and the small integer chains that follow them
+(Shape -> Gather -> Unsqueeze -> Concat -> Reshape) compute constants. Folding them means they
+never become tensors crossing between devices; the outliner copies the resulting small constants
+into each region that reads them. Folding uses ONNX's reference evaluator, one node at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+# Never fold: nondeterministic ops, and ops with subgraphs (their captures are not plain inputs).
+_NEVER = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                    "Bernoulli", "If", "Loop", "Scan", "SequenceMap"})
+# Larger results stay computed at run time: folding, say, a dequantized weight would store it
+# uncompressed in the weights archive.
+MAX_FOLD_ELEMENTS = 4096
+
+
+def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple[onnx.ModelProto, int]:
+    """Return (model with foldable nodes replaced by initializers, number of nodes folded)."""
+    g = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    shapes = _static_shapes(g)
+    consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer
+                                     if t.data_location != onnx.TensorProto.EXTERNAL}
+    graph_outputs = {o.name for o in g.output}
+    created: dict[str, np.ndarray] = {}
+    kept: list[onnx.NodeProto] = []
+    for node in g.node:
+        values = _try_fold(node, consts, shapes, opset, max_elements)
+        if values is None or graph_outputs & set(node.output):
+            kept.append(node)
+            continue
+        for name, value in zip(node.output, values):
+            consts[name] = created[name] = value
+    if not created:
+        return model, 0
+    used = {i for n in kept for i in n.input}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    out.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in created.items() if k in used)
+    keep_info = [vi for vi in out.graph.value_info if vi.name not in created]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(keep_info)
+    return out, len(g.node) - len(kept)
+
+
+def _static_shapes(g: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for vi in (*g.input, *g.value_info, *g.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[vi.name] = tuple(d.dim_value for d in t.shape.dim)
+    return shapes
+
+
+def _try_fold(node: onnx.NodeProto, consts: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]],
+              opset: int, max_elements: int) -> list[np.ndarray] | None:
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
+        return None
+    if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
+        shape = np.array(shapes[node.input[0]], dtype=np.int64)
+        if node.op_type == "Size":
+            return [np.array(int(np.prod(shape)), dtype=np.int64)]
+        attrs = {a.name: a.i for a in node.attribute}
+        return [shape[attrs.get("start", 0):attrs.get("end", len(shape)) or None]
+                if "end" in attrs else shape[attrs.get("start", 0):]]
+    inputs = [i for i in node.input if i]
+    if not all(i in consts for i in inputs):
+        return None
+    try:
+        results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {i: consts[i] for i in inputs})
+    except Exception:  # an op the reference evaluator lacks stays in the graph: folding is optional
+        return None
+    results = [np.asarray(r) for r in results]
+    if any(r.size > max_elements or r.dtype == object for r in results):
+        return None
+    return results
