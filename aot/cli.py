@@ -78,6 +78,14 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
     p.add_argument("--min-compute", type=int, default=2,
                    help="accelerator regions with fewer compute nodes stay on the host")
+    p.add_argument("--policy", choices=("greedy", "depth"), default="greedy",
+                   help="region-forming policy: cycle-free greedy merging, or depth-growth")
+    p.add_argument("--select", choices=("all", "largest", "threshold", "largest+threshold", "cost"), default="all",
+                   help="which accelerator regions to keep (the rest run on the host)")
+    p.add_argument("--threshold", type=int, default=0, help="compute nodes a region needs under --select threshold")
+    p.add_argument("--no-gate", dest="gate", action="store_false",
+                   help="ship the partition even when the cost model says one device would be faster")
+    p.add_argument("--cost-params", help="device parameters JSON for the cost model (default: aot/partition/devices.json)")
     p.add_argument("--host-ops", help="comma-separated op types forced to the host")
     p.add_argument("--accel-ops", help="comma-separated op types forced to the accelerator")
     p.add_argument("--host-nodes", help="comma-separated node-name globs forced to the host")
@@ -96,6 +104,8 @@ def _build_options(args: argparse.Namespace):
     return BuildOptions(
         accel=args.accel, vulkan_target=args.vulkan_target, cuda_target=args.cuda_target, host_cpu=args.host_cpu,
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
+        policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
+        cost_params=Path(args.cost_params) if args.cost_params else None,
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)

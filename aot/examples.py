@@ -11,7 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 NAME = "tiny_cnn"
-INPUT_SHAPE = (1, 3, 32, 32)
+INPUT_SHAPE = (1, 3, 64, 64)
 
 
 def tiny_cnn(seed: int = 0) -> onnx.ModelProto:

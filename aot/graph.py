@@ -48,6 +48,11 @@ class Node:
     op_type: str
     inputs: tuple[str, ...]   # non-constant input values, in order, without empty optionals
     outputs: tuple[str, ...]
+    attrs: tuple[tuple[str, object], ...] = ()   # plain-data attributes (tensors/graphs as markers)
+    const_inputs: tuple[str, ...] = ()           # constant inputs (weights), for FLOP/byte counts
+
+    def attr(self, name: str, default: object = None) -> object:
+        return next((v for k, v in self.attrs if k == name), default)
 
     @property
     def is_compute(self) -> bool:
@@ -98,13 +103,18 @@ class GraphView:
                      if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim) else None)
             values[vi.name] = Value(vi.name, dtype, shape)
         constants = {t.name for t in g.initializer}
+        for t in g.initializer:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name if t.data_type else ""
+            values[t.name] = Value(t.name, dtype, tuple(t.dims))
         nodes = []
         for n in g.node:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
                 constants.update(n.output)
                 continue
             ins = tuple(i for i in n.input if i and i not in constants)
-            nodes.append(Node(n.name, n.op_type, ins, tuple(o for o in n.output if o)))
+            consts = tuple(i for i in n.input if i in constants)
+            nodes.append(Node(n.name, n.op_type, ins, tuple(o for o in n.output if o),
+                              tuple((a.name, _plain(a)) for a in n.attribute), consts))
         inputs = tuple(v.name for v in g.input if v.name not in constants)
         return cls.build(nodes, inputs, [v.name for v in g.output], values, constants)
 
@@ -124,3 +134,16 @@ class GraphView:
 
     def successors(self, node: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c for v in self._by_name[node].outputs for c in self.consumers(v)))
+
+
+def _plain(attr: onnx.AttributeProto) -> object:
+    if attr.type in (onnx.AttributeProto.TENSOR, onnx.AttributeProto.SPARSE_TENSOR):
+        return "<tensor>"
+    if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        return "<graph>"
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value)
+    return value

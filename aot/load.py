@@ -69,6 +69,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> 
     _name_nodes(model)
     model = _check_and_infer(model, path)
     model, folded = fold_constants(model)
+    if folded:  # shapes that depended on folded values (Reshape targets, ...) are static now
+        model = _check_and_infer(model, path)
     name = model.graph.name or path.stem
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
     # iree-compile, so the imported function always gets a fixed name and `name` stays data.

@@ -33,6 +33,11 @@ class BuildOptions:
     host_cpu: str = "host"                   # llvm-cpu target CPU; name one (x86-64-v3) to deploy elsewhere
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     min_compute: int = 2
+    policy: str = "greedy"                   # greedy | depth
+    select: str = "all"                      # all | largest | threshold | largest+threshold | cost
+    threshold: int = 0
+    gate: bool = True
+    cost_params: Path | None = None
     overrides: Overrides = Overrides()
     plan_file: Path | None = None
     all_host: bool = False                   # compile every region for llvm-cpu (benchmarks)
@@ -61,8 +66,9 @@ def plan_model(model: Path, options: BuildOptions) -> tuple[load_mod.ModelSource
         plan = Plan.load(options.plan_file)
         validate(plan, view)
     else:
-        plan = make_plan(view, PartitionOptions(target.backend if target else None, options.min_compute,
-                                                options.overrides))
+        plan = make_plan(view, PartitionOptions(
+            target.backend if target else None, options.min_compute, options.overrides, options.policy,
+            options.select, options.threshold, options.gate, options.cost_params))
     return source, view, plan
 
 

@@ -16,13 +16,14 @@ from aot.pipeline import BuildOptions, build
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types: dict[str, str] | None = None) -> GraphView:
+def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types: dict[str, str] | None = None,
+          shape: tuple[int, ...] = (1, 8)) -> GraphView:
     """A GraphView from edges ("A", "B"); every node has one output ``<name>.out``."""
     names = order or list(dict.fromkeys([n for e in edges for n in e]))
     nodes = [Node(n, (op_types or {}).get(n, "Conv"), tuple(f"{a}.out" for a, b in edges if b == n), (f"{n}.out",))
              for n in names]
     sinks = [f"{n}.out" for n in names if not any(a == n for a, _ in edges)]
-    values = {f"{n}.out": Value(f"{n}.out", "float32", (1, 8)) for n in names}
+    values = {f"{n}.out": Value(f"{n}.out", "float32", shape) for n in names}
     return GraphView.build(nodes, [], sinks, values)
 
 

@@ -26,7 +26,7 @@ def test_stub_runs_with_only_the_runtime_and_numpy(vulkan_bundle):
         sys.path.insert(0, {str(bundle / 'stubs' / 'python')!r})
         from tiny_cnn import TinyCnn
         with TinyCnn() as m:
-            logits, probs, classes = m(np.zeros((1, 3, 32, 32), np.float32))
+            logits, probs, classes = m(np.zeros((1, 3, 64, 64), np.float32))
         assert logits.shape == (1, 10) and classes.dtype == np.int64
         loaded = sorted(k for k in sys.modules if k.split(".")[0] in ("onnx", "jinja2", "onnxruntime")
                         or k.startswith("iree.compiler"))

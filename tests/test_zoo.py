@@ -18,7 +18,10 @@ def recipe(name: str, **kw) -> tuple[zoo.ZooModel, BuildOptions]:
 
 @pytest.fixture(scope="module")
 def minilm_vulkan(tmp_path_factory):
-    entry, options = recipe("minilm", accel="vulkan")
+    # Whole MiniLM fits the accelerator in one region; keeping the attention-mask ops on the host
+    # (as a user might) splits every layer and exercises many device hops.
+    entry, options = recipe("minilm", accel="vulkan", gate=False,
+                            overrides=Overrides(host_ops=frozenset({"IsNaN", "Where"})))
     path = zoo.fetch(entry)
     return entry, path, build(path, tmp_path_factory.mktemp("minilm") / "minilm", options)
 
@@ -26,7 +29,7 @@ def minilm_vulkan(tmp_path_factory):
 def test_minilm_partitioned_on_lavapipe_matches_onnxruntime(minilm_vulkan):
     entry, path, result = minilm_vulkan
     targets = [r["target"] for r in result.bundle.manifest["regions"]]
-    assert "vulkan-spirv" in targets and "llvm-cpu" in targets and len(targets) >= 2
+    assert "vulkan-spirv" in targets and "llvm-cpu" in targets and len(targets) >= 10
     # atol 1e-4: float32 attention sums in another order; IREE's own CPU build of the whole model
     # differs from onnxruntime by ~4e-5 on the same input, so this is the backend, not the split.
     golden(result.bundle.path, path, inputs=zoo.sample_inputs(entry, path), rtol=1e-4, atol=1e-4)

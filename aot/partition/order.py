@@ -25,3 +25,32 @@ def schedule(devices: Mapping[str, str], edges: Mapping[str, set[str]], first_se
             if indeg[s] == 0:
                 ready.append(s)
     return tuple(order)
+
+
+def enumerate_orders(regions: list[str], edges: Mapping[str, set[str]], limit: int = 10_000) -> list[tuple[str, ...]]:
+    """Every valid execution order of the region graph (up to ``limit``), for cost search and tests."""
+    indeg = {r: 0 for r in regions}
+    for succs in edges.values():
+        for s in succs:
+            indeg[s] += 1
+    out: list[tuple[str, ...]] = []
+    prefix: list[str] = []
+
+    def walk() -> None:
+        if len(out) >= limit:
+            return
+        if len(prefix) == len(regions):
+            out.append(tuple(prefix))
+            return
+        for r in regions:
+            if indeg[r] == 0 and r not in prefix:
+                prefix.append(r)
+                for s in edges.get(r, ()):
+                    indeg[s] -= 1
+                walk()
+                for s in edges.get(r, ()):
+                    indeg[s] += 1
+                prefix.pop()
+
+    walk()
+    return out

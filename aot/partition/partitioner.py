@@ -1,13 +1,21 @@
-"""The one region-forming pipeline: label -> merge -> demote small regions -> order."""
+"""The one region-forming pipeline: label -> merge (policy) -> judge -> select -> gate -> order.
+
+Policies and support tables are data plugged into it; every step only moves nodes to the host,
+so the loop ends, and every plan it returns is validated.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from aot.graph import GraphView
-from aot.partition import order, regions
-from aot.partition.plan import Plan, Region, region_edges, validate
+from aot.partition import depth, order, regions, select
+from aot.partition.cost import CostModel, plan_cost
+from aot.partition.plan import Gate, Plan, Region, region_edges, validate
 from aot.partition.support import ACCEL, HOST, Label, Overrides, SupportTable, label
+
+POLICIES = {"greedy": regions.merge, "depth": depth.merge}
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,30 +23,81 @@ class PartitionOptions:
     accel_target: str | None          # "vulkan-spirv", "cuda" or None for host only
     min_compute: int = 2              # accelerator regions with fewer compute nodes go to the host
     overrides: Overrides = Overrides()
+    policy: str = "greedy"
+    select: str = "all"
+    threshold: int = 0
+    gate: bool = True
+    cost_params: Path | None = None
 
 
 def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     """Partition ``view``; the returned plan is validated."""
     table = SupportTable.for_target(options.accel_target) if options.accel_target else None
+    cost = CostModel.load(options.accel_target, options.cost_params)
     labels = label(view, table, options.overrides)
+    merge = POLICIES[options.policy]
     while True:
-        groups = regions.merge(view, {n: l.device for n, l in labels.items()})
-        demoted = 0
-        for dev, nodes in groups:
-            k = sum(view.node(n).is_compute for n in nodes)
-            if dev != ACCEL or k >= options.min_compute:
-                continue
-            for n in nodes:
-                # A node the user forced onto the accelerator stays there whatever its region's size.
-                if options.overrides.decide(view.node(n)) is None:
-                    labels[n] = Label(HOST, f"its accelerator region had {k} compute node(s), fewer than "
-                                            f"--min-compute {options.min_compute}: not worth the transfers")
-                    demoted += 1
-        if not demoted:  # demotion only moves nodes to the host, so this loop ends
+        groups = merge(view, {n: lab.device for n, lab in labels.items()})
+        moves = judge(groups, view, table) if table else {}
+        if not moves:
+            for i, why in select.rejected(groups, view, options.select, options.min_compute,
+                                          options.threshold, cost).items():
+                moves.update({n: why for n in groups[i][1]})
+        # A node the user forced onto the accelerator stays there whatever happens to its region.
+        moves = {n: why for n, why in moves.items()
+                 if labels[n].device == ACCEL and options.overrides.decide(view.node(n)) is None}
+        if not moves:
             break
-    plan = plan_from_groups(view, groups, {n: l.reason for n, l in labels.items() if l.device == HOST})
+        labels.update({n: Label(HOST, why) for n, why in moves.items()})
+    reasons = {n: lab.reason for n, lab in labels.items() if lab.device == HOST}
+    plan = plan_from_groups(view, groups, reasons)
+    if options.gate and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
+        plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))
     validate(plan, view)
     return plan
+
+
+def judge(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, table: SupportTable) -> dict[str, str]:
+    """Merge judgment for "specific" results: a region that would hand one on to another region
+    (or out of the model from the accelerator) is merged with its consumer and the union goes to
+    the host. Returns node -> reason for every node that must move."""
+    owner = {n: i for i, (_, nodes) in enumerate(groups) for n in nodes}
+    moves: dict[str, str] = {}
+    for i, (dev, nodes) in enumerate(groups):
+        for n in nodes:
+            node = view.node(n)
+            for v in node.outputs:
+                consumers = {owner[c] for c in view.consumers(v)} - {i}
+                leaves = bool(consumers) or (v in view.outputs and dev == ACCEL)
+                if not leaves:
+                    continue
+                d = table.may_cross(node, v, view)
+                if d.supported:
+                    continue
+                for j in {i} | consumers:
+                    if groups[j][0] == ACCEL:
+                        for m in groups[j][1]:
+                            moves.setdefault(m, f"merged to the host with a region that reads {n!r}: {d.reason}")
+    return moves
+
+
+def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) -> Plan:
+    """Ship the partitioned plan only if it beats the best single-device plan."""
+    nodes = tuple(n.name for n in view.nodes)
+    partitioned = plan_cost({r.name: (r.device, r.nodes) for r in plan.regions}, view, cost).total_us
+    host = plan_cost({"all": (HOST, nodes)}, view, cost).total_us
+    accel = plan_cost({"all": (ACCEL, nodes)}, view, cost).total_us if all_accel_ok else None
+    singles = [(host, HOST)] + ([(accel, ACCEL)] if accel is not None else [])
+    best_single, best_device = min(singles)
+    numbers = (f"estimated partitioned {partitioned:.1f} us vs all-host {host:.1f} us"
+               + (f" vs all-accelerator {accel:.1f} us" if accel is not None else "")
+               + f" (cost model: {cost.source})")
+    if partitioned < best_single:
+        return Plan(plan.regions, plan.schedule, plan.reasons, Gate(True, partitioned, host, accel, numbers))
+    single = single_region_plan(view, best_device)
+    why = f"the gate kept one {best_device} region: the partition does not beat it; {numbers}"
+    reasons = tuple((n, why) for n in nodes) if best_device == HOST else ()
+    return Plan(single.regions, single.schedule, reasons, Gate(False, partitioned, host, accel, numbers))
 
 
 def plan_from_groups(view: GraphView, groups: list[tuple[str, tuple[str, ...]]],

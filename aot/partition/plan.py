@@ -22,10 +22,22 @@ class Region:
 
 
 @dataclass(frozen=True, slots=True)
+class Gate:
+    """The global gate's decision: was the partition worth shipping, and the numbers behind it."""
+
+    accepted: bool
+    partitioned_us: float
+    all_host_us: float
+    all_accel_us: float | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     regions: tuple[Region, ...]
     schedule: tuple[str, ...]                 # region names in execution order
     reasons: tuple[tuple[str, str], ...] = ()  # (node, why it is on the host)
+    gate: Gate | None = None
 
     def region(self, name: str) -> Region:
         return next(r for r in self.regions if r.name == name)
@@ -34,7 +46,11 @@ class Plan:
         return {"plan_version": PLAN_VERSION,
                 "regions": [{"name": r.name, "device": r.device, "nodes": list(r.nodes)} for r in self.regions],
                 "schedule": list(self.schedule),
-                "host_reasons": dict(self.reasons)}
+                "host_reasons": dict(self.reasons),
+                "gate": None if self.gate is None else {
+                    "accepted": self.gate.accepted, "partitioned_us": self.gate.partitioned_us,
+                    "all_host_us": self.gate.all_host_us, "all_accel_us": self.gate.all_accel_us,
+                    "detail": self.gate.detail}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Plan":
@@ -43,10 +59,14 @@ class Plan:
                             for r in data["regions"])
             schedule = tuple(map(str, data.get("schedule") or [r.name for r in regions]))
             reasons = tuple((str(k), str(v)) for k, v in (data.get("host_reasons") or {}).items())
-        except (KeyError, TypeError) as e:
+            g = data.get("gate")
+            gate = None if not g else Gate(bool(g["accepted"]), float(g["partitioned_us"]), float(g["all_host_us"]),
+                                           None if g["all_accel_us"] is None else float(g["all_accel_us"]),
+                                           str(g["detail"]))
+        except (KeyError, TypeError, ValueError) as e:
             raise PartitionError(f"plan file is malformed: missing or wrong field {e}",
                                  hint="a plan holds regions: [{name, device, nodes}] and schedule") from e
-        return cls(regions, schedule, reasons)
+        return cls(regions, schedule, reasons, gate)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n")

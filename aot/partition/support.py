@@ -43,11 +43,23 @@ _COMMON_HOST_OPS: Mapping[str, str] = {
 # Registry of host-only ops under dotted names, e.g. "vulkan-spirv.TopK" -> reason.
 HOST_ONLY: dict[str, str] = {f"{t}.{op}": r for t in ("vulkan-spirv", "cuda") for op, r in _COMMON_HOST_OPS.items()}
 
-# Element types an accelerator target cannot compute with or pass across a boundary.
+# Element types an accelerator target cannot compute with.
 BANNED_DTYPES: dict[str, dict[str, str]] = {
-    "vulkan-spirv": {"float64": "float64 is not supported by SPIR-V targets without Float64",
-                     "bool": "i1 tensors cannot cross a Vulkan buffer boundary"},
+    "vulkan-spirv": {"float64": "float64 is not supported by SPIR-V targets without Float64"},
     "cuda": {},
+}
+# Element types that may be computed inside a region but must not cross a region boundary.
+BOUNDARY_BANNED_DTYPES: dict[str, dict[str, str]] = {
+    "vulkan-spirv": {"bool": "bool (i1) tensors are repacked as i8 in Vulkan buffers; aot keeps them inside a region"},
+    "cuda": {},
+}
+# "Specific" ops: their results must not be a region's output (DESIGN §5). Masks, comparisons and
+# shape arithmetic are cheap to compute and awkward to ship between devices; a region that would
+# hand one on is merged with its consumer and the union goes to the host.
+SPECIFIC_OPS: Mapping[str, str] = {
+    **{op: "logical op" for op in ("And", "Or", "Xor", "Not")},
+    **{op: "comparison op" for op in ("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN", "IsInf")},
+    **{op: "shape op" for op in ("Shape", "Size")},
 }
 
 
@@ -58,12 +70,23 @@ class SupportTable:
     target: str
     host_only: Mapping[str, str] = field(default_factory=dict)
     banned_dtypes: Mapping[str, str] = field(default_factory=dict)
+    boundary_banned_dtypes: Mapping[str, str] = field(default_factory=dict)
+    max_rank: int = 6
 
     @classmethod
     def for_target(cls, target: str) -> "SupportTable":
         prefix = f"{target}."
         ops = {k[len(prefix):]: v for k, v in HOST_ONLY.items() if k.startswith(prefix)}
-        return cls(target, ops, BANNED_DTYPES.get(target, {}))
+        return cls(target, ops, BANNED_DTYPES.get(target, {}), BOUNDARY_BANNED_DTYPES.get(target, {}))
+
+    def may_cross(self, node: Node, value: str, view: GraphView) -> Decision:
+        """May ``value`` (an output of ``node``) leave its region?"""
+        if node.op_type in SPECIFIC_OPS:
+            return Decision(False, f"{node.op_type} is a {SPECIFIC_OPS[node.op_type]}: its result stays in its region")
+        dtype = view.values[value].dtype
+        if dtype in self.boundary_banned_dtypes:
+            return Decision(False, f"tensor {value!r} is {dtype}: {self.boundary_banned_dtypes[dtype]}")
+        return Decision(True, "")
 
     def decide(self, node: Node, view: GraphView) -> Decision:
         if node.op_type in self.host_only:
@@ -74,6 +97,8 @@ class SupportTable:
                 return Decision(False, f"{self.target}: tensor {v!r} is {value.dtype}: {self.banned_dtypes[value.dtype]}")
             if value.shape is None:
                 return Decision(False, f"{self.target}: tensor {v!r} has no static shape")
+            if len(value.shape) > self.max_rank:
+                return Decision(False, f"{self.target}: tensor {v!r} has rank {len(value.shape)} > {self.max_rank}")
         return Decision(True, f"{self.target}.{node.op_type}: supported")
 
 

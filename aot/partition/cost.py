@@ -1,0 +1,116 @@
+"""Cost model: FLOPs and bytes per node, region time per device, transfer time per boundary, and
+the plan cost the gate compares. Device parameters live in an editable JSON file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Mapping
+
+from aot.graph import GraphView, Node
+from aot.partition.support import ACCEL, HOST
+
+DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceModel:
+    gflops: float            # sustained GFLOP/s on this kind of model
+    gbps: float              # sustained memory bandwidth, GB/s
+    call_overhead_us: float  # fixed cost of one region call (dispatch, sync)
+
+    def time_us(self, flops: int, nbytes: int) -> float:
+        # Roofline: a region is bound by compute or by memory traffic, whichever is slower.
+        return self.call_overhead_us + max(flops / (self.gflops * 1e3), nbytes / (self.gbps * 1e3))
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    host: DeviceModel
+    accel: DeviceModel
+    link_gbps: float         # host <-> accelerator copy bandwidth
+    hop_us: float            # fixed cost of one cross-device transfer
+    source: str = "defaults"
+
+    @classmethod
+    def load(cls, target: str | None, path: Path | None = None) -> "CostModel":
+        """Parameters for ``target`` (e.g. ``vulkan-spirv``) from ``path`` or the shipped defaults."""
+        p = Path(path) if path else DEFAULT_PARAMS
+        data = json.loads(p.read_text())
+        accel = data["accelerators"].get(target or "", data["accelerators"]["default"])
+        return cls(DeviceModel(**data["host"]), DeviceModel(**accel["device"]),
+                   accel["link_gbps"], accel["hop_us"], str(p))
+
+    def device(self, which: str) -> DeviceModel:
+        return self.accel if which == ACCEL else self.host
+
+    def transfer_us(self, nbytes: int) -> float:
+        return self.hop_us + nbytes / (self.link_gbps * 1e3)
+
+
+def _numel(shape: tuple[int, ...] | None) -> int:
+    return prod(shape) if shape is not None else 0
+
+
+def node_flops(node: Node, view: GraphView) -> int:
+    """Multiply-adds count as two FLOPs; elementwise ops as one per output element."""
+    out = view.values[node.outputs[0]].shape if node.outputs else None
+    ins = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
+    if out is None:
+        return 0
+    if node.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") and len(ins) > 1 and ins[1]:
+        w = ins[1]  # [Cout, Cin/group, k...]: every output element costs Cin/group * prod(k) MACs
+        per = prod(w[1:]) if node.op_type != "ConvTranspose" else prod(w[2:]) * w[0] // max(w[1], 1)
+        return 2 * _numel(out) * per
+    if node.op_type in ("MatMul", "MatMulInteger", "QLinearMatMul", "Gemm") and ins and ins[0]:
+        k = ins[0][-1] if not (node.op_type == "Gemm" and node.attr("transA", 0)) else ins[0][0]
+        return 2 * _numel(out) * k
+    if node.op_type in ("MaxPool", "AveragePool"):
+        return _numel(out) * prod(node.attr("kernel_shape", (1,)))
+    if node.op_type in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
+        return _numel(ins[0]) if ins else 0
+    if node.op_type in ("Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization"):
+        return 5 * _numel(out)
+    return _numel(out) if node.is_compute else 0
+
+
+def node_bytes(node: Node, view: GraphView) -> int:
+    return sum(view.values[v].nbytes or 0 for v in (*node.inputs, *node.const_inputs, *node.outputs))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCost:
+    total_us: float
+    compute_us: tuple[tuple[str, float], ...]   # per region
+    transfer_us: float
+    transfer_bytes: int
+    hops: int
+
+
+def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphView, model: CostModel) -> PlanCost:
+    """``regions``: name -> (device, nodes). Graph inputs and outputs live on the host."""
+    owner = {n: name for name, (_, nodes) in regions.items() for n in nodes}
+    device = {name: dev for name, (dev, _) in regions.items()}
+    compute = []
+    for name, (dev, nodes) in regions.items():
+        ns = [view.node(n) for n in nodes]
+        compute.append((name, model.device(dev).time_us(sum(node_flops(n, view) for n in ns),
+                                                       sum(node_bytes(n, view) for n in ns))))
+    crossings: set[tuple[str, str]] = set()   # (value, device it must reach)
+    for node in view.nodes:
+        here = device[owner[node.name]]
+        for v in node.inputs:
+            producer = view.producer(v)
+            there = device[owner[producer]] if producer else HOST
+            if there != here:
+                crossings.add((v, here))
+    for v in view.outputs:
+        producer = view.producer(v)
+        if producer and device[owner[producer]] != HOST:
+            crossings.add((v, HOST))
+    nbytes = sum(view.values[v].nbytes or 0 for v, _ in crossings)
+    transfer = sum(model.transfer_us(view.values[v].nbytes or 0) for v, _ in crossings)
+    total = sum(t for _, t in compute) + transfer
+    return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
