@@ -8,17 +8,19 @@ import shutil
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aot
 from aot import manifest as mf
 from aot.compile import CompiledRegion
-from aot.graph import GraphView
+
 from aot.importer import PARAMS_SCOPE, ImportedModule
-from aot.load import ModelSource, TensorSpec
+from aot.load import TensorSpec
 from aot.outline import OutlinedRegion
-from aot.partition.plan import Plan
 from aot.workspace import Workspace, publish
+
+if TYPE_CHECKING:
+    from aot.pipeline import Planned
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,19 +30,27 @@ class Bundle:
     stub: Path
 
 
-def build_manifest(source: ModelSource, plan: Plan, view: GraphView, outlined: tuple[OutlinedRegion, ...],
-                   compiled: tuple[CompiledRegion, ...], weights_sha256: str) -> dict[str, Any]:
+def build_manifest(planned: "Planned", outlined: tuple[OutlinedRegion, ...], compiled: tuple[CompiledRegion, ...],
+                   weights_sha256: str) -> dict[str, Any]:
+    from aot.partition.cost import CostModel, node_bytes, node_flops
+
+    source, plan, view = planned.source, planned.plan, planned.view
+    cost = CostModel.load(planned.options.accel_target, planned.options.cost_params)
     by_name = {c.region: c for c in compiled}
     regions = []
     boundary: dict[str, dict[str, Any]] = {}
     for o in outlined:
         c = by_name[o.name]
         r = plan.region(o.name)
+        flops = sum(node_flops(view.node(n), view) for n in r.nodes)
+        nbytes = sum(node_bytes(view.node(n), view) for n in r.nodes)
+        device = "host" if c.target.is_host else "accel"
         regions.append({
             "name": o.name, "target": c.target.backend, "arch": c.target.arch, "driver": c.target.driver,
             "planned_device": r.device, "module": f"modules/{o.name}.vmfb", "function": o.function,
             "inputs": list(o.inputs), "outputs": list(o.outputs), "nodes": list(r.nodes),
-            "compute_nodes": sum(view.node(n).is_compute for n in r.nodes),
+            "compute_nodes": sum(view.node(n).is_compute for n in r.nodes), "flops": flops,
+            "estimated_us": round(cost.device(device).time_us(flops, nbytes), 3),
             "sha256": c.sha256, "fallback": c.fallback,
         })
         for v in (*o.inputs, *o.outputs):
@@ -49,7 +59,8 @@ def build_manifest(source: ModelSource, plan: Plan, view: GraphView, outlined: t
                            "bytes": val.nbytes}
     return {
         "schema_version": mf.SCHEMA_VERSION,
-        "model": {"name": source.name, "sha256": source.sha256, "source": str(source.path), "opset": source.opset},
+        "model": {"name": source.name, "sha256": source.sha256, "source": str(source.path), "opset": source.opset,
+                  "folded_nodes": source.folded_nodes},
         "inputs": [_io(s) for s in source.inputs],
         "outputs": [_io(s) for s in source.outputs],
         "weights": {"path": "weights.irpa", "scope": PARAMS_SCOPE, "sha256": weights_sha256},
@@ -57,6 +68,17 @@ def build_manifest(source: ModelSource, plan: Plan, view: GraphView, outlined: t
         "schedule": list(plan.schedule),
         "boundary_tensors": boundary,
         "host_reasons": dict(plan.reasons),
+        "partition": {
+            "policy": planned.options.policy, "select": planned.options.select,
+            "min_compute": planned.options.min_compute,
+            "gate": plan.to_json()["gate"],
+            "coverage": planned.coverage.to_json() if planned.coverage else None,
+            "suggestions": list(planned.suggestions),
+            "cost_model": cost.source,
+        },
+        # Node list for the report's picture; the stub and the runtime ignore it.
+        "graph": [{"name": n.name, "op": n.op_type, "inputs": list(n.inputs), "outputs": list(n.outputs)}
+                  for n in view.nodes],
         "toolchain": {"aot": aot.__version__, "iree-base-compiler": version("iree-base-compiler"),
                       "iree-base-runtime": version("iree-base-runtime"), "onnx": version("onnx")},
     }
@@ -66,7 +88,7 @@ def _io(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape)}
 
 
-def write_bundle(ws: Workspace, source: ModelSource, plan: Plan, view: GraphView, imported: ImportedModule,
+def write_bundle(ws: Workspace, planned: "Planned", imported: ImportedModule,
                  outlined: tuple[OutlinedRegion, ...], compiled: tuple[CompiledRegion, ...]) -> Bundle:
     import json
 
@@ -78,9 +100,9 @@ def write_bundle(ws: Workspace, source: ModelSource, plan: Plan, view: GraphView
         for c in compiled:
             _link_or_copy(c.vmfb, staging / "modules" / f"{c.region}.vmfb")
         _link_or_copy(imported.params_path, staging / "weights.irpa")
-        manifest = build_manifest(source, plan, view, outlined, compiled, mf.file_sha256(staging / "weights.irpa"))
+        manifest = build_manifest(planned, outlined, compiled, mf.file_sha256(staging / "weights.irpa"))
         (staging / mf.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=True) + "\n")
-        plan.save(staging / "plan.json")
+        planned.plan.save(staging / "plan.json")
         stub = stubs.write_stubs(manifest, staging)
         mf.read(staging)  # the bundle must satisfy the same checks the runtime applies
         publish(staging, ws.bundle)

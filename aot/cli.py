@@ -153,14 +153,47 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from aot.pipeline import plan_model
 
+    from aot import report
+
     model, options = _model_and_options(args)
-    _, view, plan = plan_model(model, options)
+    planned = plan_model(model, options)
+    print(plan_summary(planned, report))
     if args.output:
-        plan.save(Path(args.output))
+        planned.plan.save(Path(args.output))
         print(args.output)
-    else:
-        print(json.dumps(plan.to_json(), indent=2))
     return 0
+
+
+def plan_summary(planned, report) -> str:
+    """Coverage, regions, boundary bytes and the gate decision of a plan (`aot plan`)."""
+    from aot.partition.cost import CostModel, plan_cost
+    from aot.partition.plan import boundaries
+
+    plan, view = planned.plan, planned.view
+    bounds = boundaries(plan, view)
+    graph_inputs = set(view.inputs)
+    lines = [f"model {planned.source.name!r}: {len(view.nodes)} nodes ({planned.source.folded_nodes} folded), "
+             f"{len(plan.regions)} region(s), schedule {' -> '.join(plan.schedule)}",
+             report.coverage_line(planned.coverage.to_json() if planned.coverage else None)]
+    for op, n, reason in (planned.coverage.unsupported if planned.coverage else ()):
+        lines.append(f"  unsupported {op} x{n}: {reason}")
+    total = 0
+    for r in plan.regions:
+        crossing = [v for v in bounds[r.name].inputs if v not in graph_inputs]
+        nbytes = sum(view.values[v].nbytes or 0 for v in crossing)
+        total += nbytes
+        lines.append(f"  {r.name:5s} {r.device:5s} {len(r.nodes):4d} nodes, "
+                     f"{sum(view.node(n).is_compute for n in r.nodes):4d} compute, "
+                     f"reads {len(crossing)} boundary tensor(s) = {report._bytes(nbytes)}")
+    lines.append(f"boundary bytes per run: {report._bytes(total)}")
+    cost = CostModel.load(planned.options.accel_target, planned.options.cost_params)
+    est = plan_cost({r.name: (r.device, r.nodes) for r in plan.regions}, view, cost)
+    lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
+    g = plan.gate
+    lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else
+                             ("partition accepted: " if g.accepted else "partition rejected: ") + g.detail))
+    lines += [f"suggestion: {t}" for t in planned.suggestions]
+    return "\n".join(lines)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -200,7 +233,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from aot import manifest, report
 
-    print(report.text(manifest.read(Path(args.bundle))))
+    bundle = Path(args.bundle)
+    data = manifest.read(bundle)
+    print(report.text(data))
+    page = bundle.parent / "report.html"
+    page.write_text(report.html_page(data))
+    print(page)
     return 0
 
 

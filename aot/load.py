@@ -175,14 +175,19 @@ def _pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
             if len(shapes[name]) != len(dims):
                 raise ModelError(f"--input-shape {name}: rank {len(shapes[name])} given, model input has rank {len(dims)}")
             for dim, size in zip(dims, shapes[name]):
-                if dim.HasField("dim_value") and dim.dim_value != size:
+                if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
                     raise ModelError(f"--input-shape {name}: dim {dim.dim_value} is fixed by the model, {size} given")
                 dim.dim_value = size
-        elif not value.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
-            shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+        elif not value.type.tensor_type.HasField("shape") or any(not _fixed(d) for d in dims):
+            shown = "x".join(str(d.dim_value) if _fixed(d) else (d.dim_param or "?") for d in dims)
             raise ModelError(f"input {name!r} has a dynamic shape [{shown}]; aot compiles static shapes",
                              hint=f"pass --input-shape {name}=" + "x".join(
-                                 str(d.dim_value) if d.HasField("dim_value") else "1" for d in dims))
+                                 str(d.dim_value) if _fixed(d) else "1" for d in dims))
+
+
+def _fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    # Some exporters write -1 for "any size"; only a positive dim_value is a fixed size.
+    return dim.HasField("dim_value") and dim.dim_value > 0
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:

@@ -16,7 +16,8 @@ from aot.graph import GraphView
 from aot.importer import import_model
 from aot.outline import outline
 from aot.partition import Plan, make_plan, validate
-from aot.partition.partitioner import PartitionOptions, single_region_plan
+from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
+from aot.partition.support import Coverage, SupportTable, coverage
 from aot.partition.support import ACCEL, Overrides
 from aot.target import Target, accel_target
 from aot.workspace import Workspace
@@ -52,7 +53,17 @@ class BuildResult:
     timings: tuple[tuple[str, float], ...] = field(default=())
 
 
-def plan_model(model: Path, options: BuildOptions) -> tuple[load_mod.ModelSource, GraphView, Plan]:
+@dataclass(frozen=True, slots=True)
+class Planned:
+    source: load_mod.ModelSource
+    view: GraphView
+    plan: Plan
+    options: PartitionOptions
+    coverage: Coverage | None
+    suggestions: tuple[str, ...]
+
+
+def plan_model(model: Path, options: BuildOptions, *, suggest: bool = True) -> Planned:
     """Load and partition without compiling (what `aot build` does before IREE is involved)."""
     source = load_mod.load(model, dict(options.input_shapes))
     if options.name:
@@ -60,16 +71,18 @@ def plan_model(model: Path, options: BuildOptions) -> tuple[load_mod.ModelSource
     view = GraphView.from_onnx(source.model)
     target = None if options.whole else accel_target(options.accel, vulkan_target=options.vulkan_target,
                                                        cuda_target=options.cuda_target)
+    popts = PartitionOptions(target.backend if target else None, options.min_compute, options.overrides,
+                             options.policy, options.select, options.threshold, options.gate, options.cost_params)
     if options.whole:
         plan = single_region_plan(view)
     elif options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
     else:
-        plan = make_plan(view, PartitionOptions(
-            target.backend if target else None, options.min_compute, options.overrides, options.policy,
-            options.select, options.threshold, options.gate, options.cost_params))
-    return source, view, plan
+        plan = make_plan(view, popts)
+    cov = coverage(view, SupportTable.for_target(target.backend)) if target else None
+    tips = suggestions(view, popts, plan) if suggest and options.plan_file is None and not options.whole else ()
+    return Planned(source, view, plan, popts, cov, tips)
 
 
 def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
@@ -85,7 +98,8 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
         clock = now
         progress(f"{stage:8s} {detail} ({timings[-1][1]:.1f}s)")
 
-    source, view, plan = plan_model(model, options)
+    planned = plan_model(model, options)
+    source, view, plan = planned.source, planned.view, planned.plan
     done("plan", f"{len(view.nodes)} nodes -> {len(plan.regions)} region(s)")
     ws.prepare()
     if "plan" in options.dump_after:
@@ -106,7 +120,7 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     compiled = compile_all(jobs, ws.cache, fallback=host)
     fallbacks = sum(c.fallback is not None for c in compiled)
     done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, {fallbacks} fell back")
-    bundle = write_bundle(ws, source, plan, view, imported, outlined, compiled)
+    bundle = write_bundle(ws, planned, imported, outlined, compiled)
     done("bundle", str(bundle.path))
     return BuildResult(bundle, plan, tuple(timings))
 

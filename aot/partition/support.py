@@ -142,3 +142,30 @@ def label(view: GraphView, table: SupportTable | None, overrides: Overrides = Ov
 
 def split_names(text: str | None) -> Iterable[str]:
     return tuple(s.strip() for s in (text or "").split(",") if s.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """Operator coverage of one target before any merging or selection."""
+
+    target: str
+    supported: int
+    total: int
+    unsupported: tuple[tuple[str, int, str], ...]   # (op type, count, first reason)
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "supported": self.supported, "total": self.total,
+                "unsupported": [{"op": op, "count": n, "reason": r} for op, n, r in self.unsupported]}
+
+
+def coverage(view: GraphView, table: SupportTable) -> Coverage:
+    by_op: dict[str, list[str]] = {}
+    supported = 0
+    for node in view.nodes:
+        d = table.decide(node, view)
+        if d.supported:
+            supported += 1
+        else:
+            by_op.setdefault(node.op_type, []).append(d.reason)
+    rows = sorted(((op, len(rs), rs[0]) for op, rs in by_op.items()), key=lambda r: (-r[1], r[0]))
+    return Coverage(table.target, supported, len(view.nodes), tuple(rows))
