@@ -24,6 +24,10 @@ COMPUTE_OPS = frozenset({
 })
 
 
+_NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                           "Multinomial", "Bernoulli", "If", "Loop", "Scan"})
+
+
 @dataclass(frozen=True, slots=True)
 class Value:
     name: str
@@ -107,8 +111,14 @@ class GraphView:
             dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name if t.data_type else ""
             values[t.name] = Value(t.name, dtype, tuple(t.dims))
         nodes = []
+        graph_outputs = {v.name for v in g.output}
         for n in g.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            # Constants, and computations on constants only (e.g. int8 weights -> Cast -> Mul,
+            # too large to fold at load time), are values: each region that reads one recomputes
+            # it from the weights instead of receiving it across a device boundary.
+            derived = (all(i in constants for i in n.input if i) and n.op_type not in _NOT_CONSTANT
+                       and not graph_outputs & set(n.output))
+            if n.domain in ("", "ai.onnx") and (n.op_type == "Constant" or derived):
                 constants.update(n.output)
                 continue
             ins = tuple(i for i in n.input if i and i not in constants)

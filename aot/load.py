@@ -66,6 +66,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> 
         model = onnx.inliner.inline_local_functions(model)
     model = _upgrade_opset(model, path)
     _pin_input_shapes(model, dict(input_shapes or {}), path)
+    _forget_placeholder_dims(model)
     _name_nodes(model)
     model = _check_and_infer(model, path)
     model, folded = fold_constants(model)
@@ -183,6 +184,15 @@ def _pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
             raise ModelError(f"input {name!r} has a dynamic shape [{shown}]; aot compiles static shapes",
                              hint=f"pass --input-shape {name}=" + "x".join(
                                  str(d.dim_value) if _fixed(d) else "1" for d in dims))
+
+
+def _forget_placeholder_dims(model: onnx.ModelProto) -> None:
+    """Turn -1/0 dims in intermediate and output annotations into unknown dims, so that shape
+    inference fills them in instead of reporting a conflict with the pinned input shapes."""
+    for vi in (*model.graph.value_info, *model.graph.output):
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.Clear()
 
 
 def _fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:

@@ -62,10 +62,17 @@ class _FuncIndex:
         self.node_op: dict[str, object] = {}
         self.producer: dict[object, object] = {}
         nodes = {n.name for n in view.nodes}
+        self.constant: set[int] = set()   # ids of ops that compute from constants only
         for op in self.ops:
             for r in op.results:
                 self.producer[r] = op
             name = _loc_name(op)
+            if op.operation.name == "func.return":
+                continue
+            if not (op.operation.name == "torch.operator" and name in nodes) and all(
+                    id(self.producer.get(v)) in self.constant for v in op.operands):
+                self.constant.add(id(op))
+                continue
             if op.operation.name == "torch.operator" and name in nodes and not _is_constant(op):
                 if name in self.node_op:
                     raise OutlineError(f"node {name!r} imported as more than one op; cannot outline it")
@@ -161,7 +168,7 @@ def _constant_closure(ix: _FuncIndex, ops, args: set) -> set[int]:
         producer = ix.producer.get(v)
         if producer is None or id(producer) in needed:
             continue
-        if _is_constant(producer):
+        if id(producer) in ix.constant:
             needed.add(id(producer))
             stack.extend(producer.operands)
     return needed

@@ -6,7 +6,8 @@ supported neighbours (predecessors and successors) whose depth is adjacent to th
 that depend only on the region; after each absorption the region is contracted into one node and
 depths are recomputed. The grow rule alone can close a cycle (c->d, c->x, d->e, x->e with x
 unsupported must not give {c,d,e}), so every absorption is also checked for a second path.
-Consecutive unsupported nodes then group into host regions with the same cycle check.
+Consecutive unsupported nodes then group into host regions with the same cycle check, and
+same-label regions are fused wherever that is cycle-free (the step every policy shares).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from aot.graph import GraphView
+from aot.partition import regions
 from aot.partition.support import ACCEL, HOST
 
 
@@ -101,7 +103,9 @@ def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[s
     _group_host(q, label)
     order = q.order
     out = [(label[v], tuple(sorted(m, key=order.__getitem__))) for v, m in q.members.items()]
-    return sorted(out, key=lambda item: order[item[1][0]])
+    # Growth only looks at neighbours; regions it leaves apart that could be one without a
+    # cycle (parallel attention branches, say) are fused afterwards.
+    return regions.fuse(view, sorted(out, key=lambda item: order[item[1][0]]))
 
 
 def _find(q: _Quotient, node: str) -> str:

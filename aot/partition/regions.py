@@ -74,6 +74,25 @@ def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[s
         region_of[node.name] = home
         for r in pred_regions:
             g.edge(r, home)
+    return _finish(view, g)
+
+
+def fuse(view: GraphView, groups: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
+    """Fuse same-label regions of any grouping wherever no cycle can form (used after other
+    policies, so every policy gets the same cycle-safe fusion)."""
+    g = _RegionGraph()
+    region_of = {}
+    for label, nodes in groups:
+        r = g.new(label)
+        g.members[r].extend(nodes)
+        region_of.update({n: r for n in nodes})
+    for node in view.nodes:
+        for p in view.predecessors(node.name):
+            g.edge(region_of[p], region_of[node.name])
+    return _finish(view, g)
+
+
+def _finish(view: GraphView, g: _RegionGraph) -> list[tuple[str, tuple[str, ...]]]:
     _fuse_regions(g)
     order = {n.name: i for i, n in enumerate(view.nodes)}
     out = [(g.label[r], tuple(sorted(g.members[r], key=order.__getitem__)))
