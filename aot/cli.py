@@ -90,6 +90,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accel-ops", help="comma-separated op types forced to the accelerator")
     p.add_argument("--host-nodes", help="comma-separated node-name globs forced to the host")
     p.add_argument("--accel-nodes", help="comma-separated node-name globs forced to the accelerator")
+    p.add_argument("--accel-compile-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="an accelerator region still compiling after this falls back to llvm-cpu")
     p.add_argument("--plan", help="build exactly this plan.json (validated first)")
     p.add_argument("--name", help="model name for the manifest and the stub class (default: the graph name)")
     p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
@@ -106,6 +108,7 @@ def _build_options(args: argparse.Namespace):
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
         policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
         cost_params=Path(args.cost_params) if args.cost_params else None,
+        accel_compile_timeout=args.accel_compile_timeout,
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)

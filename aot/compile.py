@@ -15,7 +15,8 @@ from aot.errors import CompileError
 from aot.manifest import file_sha256
 from aot.target import Target
 
-COMPILE_TIMEOUT_S = 900
+COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
+ACCEL_COMPILE_TIMEOUT_S = 300    # some regions take IREE's SPIR-V pipeline many minutes; the host is quicker
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,19 +55,21 @@ def compiler_version() -> str:
 
 
 def compile_all(jobs: list[CompileJob], cache: Path, *, workers: int | None = None,
-                fallback: Target | None = Target.host()) -> tuple[CompiledRegion, ...]:
+                fallback: Target | None = Target.host(),
+                accel_timeout: float = ACCEL_COMPILE_TIMEOUT_S) -> tuple[CompiledRegion, ...]:
     """Compile every job; an accelerator job that fails is retried for ``fallback`` (llvm-cpu).
 
     A host compile failure raises CompileError (there is nothing left to fall back to)."""
     tool = iree_compile_path()
     workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        return tuple(pool.map(lambda j: _compile_with_fallback(tool, j, cache, fallback), jobs))
+        return tuple(pool.map(lambda j: _compile_with_fallback(tool, j, cache, fallback, accel_timeout), jobs))
 
 
-def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: Target | None) -> CompiledRegion:
+def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: Target | None,
+                           accel_timeout: float) -> CompiledRegion:
     try:
-        return _compile_one(tool, job, cache)
+        return _compile_one(tool, job, cache, COMPILE_TIMEOUT_S if job.target.is_host else accel_timeout)
     except CompileError as e:
         if job.target.is_host or fallback is None:
             raise
@@ -75,7 +78,7 @@ def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: Ta
         return CompiledRegion(host.region, host.target, host.vmfb, host.sha256, reason, host.cached, host.seconds)
 
 
-def _compile_one(tool: str, job: CompileJob, cache: Path) -> CompiledRegion:
+def _compile_one(tool: str, job: CompileJob, cache: Path, timeout: float = COMPILE_TIMEOUT_S) -> CompiledRegion:
     text = job.mlir.read_bytes()
     key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(job.target.compile_flags()).encode(),
                                      compiler_version().encode()])).hexdigest()[:32]
@@ -88,10 +91,10 @@ def _compile_one(tool: str, job: CompileJob, cache: Path) -> CompiledRegion:
     argv = compile_argv(tool, job.mlir, tmp, job.target)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         tmp.unlink(missing_ok=True)
-        raise CompileError(job.region, argv, -1, f"timed out after {COMPILE_TIMEOUT_S}s\n{e.stderr or ''}") from e
+        raise CompileError(job.region, argv, -1, f"error: iree-compile timed out after {timeout:.0f}s") from e
     if proc.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
         # A negative return code is a crash (signal); it is a failed region, not a dead build tool.

@@ -24,6 +24,7 @@ COMPUTE_OPS = frozenset({
 })
 
 
+DERIVE_CONSTANTS = True
 _NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                            "Multinomial", "Bernoulli", "If", "Loop", "Scan"})
 
@@ -116,7 +117,7 @@ class GraphView:
             # Constants, and computations on constants only (e.g. int8 weights -> Cast -> Mul,
             # too large to fold at load time), are values: each region that reads one recomputes
             # it from the weights instead of receiving it across a device boundary.
-            derived = (all(i in constants for i in n.input if i) and n.op_type not in _NOT_CONSTANT
+            derived = (DERIVE_CONSTANTS and all(i in constants for i in n.input if i) and n.op_type not in _NOT_CONSTANT
                        and not graph_outputs & set(n.output))
             if n.domain in ("", "ai.onnx") and (n.op_type == "Constant" or derived):
                 constants.update(n.output)

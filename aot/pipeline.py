@@ -38,6 +38,7 @@ class BuildOptions:
     select: str = "all"                      # all | largest | threshold | largest+threshold | cost
     threshold: int = 0
     gate: bool = True
+    accel_compile_timeout: float = 300.0     # past this an accelerator region falls back to the host
     cost_params: Path | None = None
     overrides: Overrides = Overrides()
     plan_file: Path | None = None
@@ -117,7 +118,7 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     host = Target("llvm-cpu", options.host_cpu)
     jobs = [CompileJob(r.name, ws.region_mlir(r.name), accel if (r.device == ACCEL and accel is not None) else host)
             for r in plan.regions]
-    compiled = compile_all(jobs, ws.cache, fallback=host)
+    compiled = compile_all(jobs, ws.cache, fallback=host, accel_timeout=options.accel_compile_timeout)
     fallbacks = sum(c.fallback is not None for c in compiled)
     done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, {fallbacks} fell back")
     bundle = write_bundle(ws, planned, imported, outlined, compiled)

@@ -179,3 +179,10 @@ def test_hostile_names_survive_a_real_build(tmp_path, name):
     assert len(result.bundle.manifest["regions"]) == 2
     assert result.bundle.manifest["model"]["name"] == name
     golden(result.bundle.path, model)
+
+
+def test_accelerator_compile_that_runs_too_long_falls_back(example_model, tmp_path):
+    result = build(example_model, tmp_path / "slow", BuildOptions(accel="vulkan", accel_compile_timeout=0.01))
+    region = next(r for r in result.bundle.manifest["regions"] if r["planned_device"] == "accel")
+    assert region["target"] == "llvm-cpu" and "timed out after" in region["fallback"]
+    golden(result.bundle.path, example_model)

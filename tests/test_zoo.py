@@ -16,23 +16,25 @@ def recipe(name: str, **kw) -> tuple[zoo.ZooModel, BuildOptions]:
     return entry, BuildOptions(input_shapes=entry.input_shapes, **kw)
 
 
-@pytest.fixture(scope="module")
-def minilm_vulkan(tmp_path_factory):
-    # Whole MiniLM fits the accelerator in one region; keeping the attention-mask ops on the host
-    # (as a user might) splits every layer and exercises many device hops.
-    entry, options = recipe("minilm", accel="vulkan", gate=False,
-                            overrides=Overrides(host_ops=frozenset({"IsNaN", "Where"})))
+def test_minilm_host_bundle_matches_onnxruntime(tmp_path):
+    entry, options = recipe("minilm", accel="none")
     path = zoo.fetch(entry)
-    return entry, path, build(path, tmp_path_factory.mktemp("minilm") / "minilm", options)
-
-
-def test_minilm_partitioned_on_lavapipe_matches_onnxruntime(minilm_vulkan):
-    entry, path, result = minilm_vulkan
-    targets = [r["target"] for r in result.bundle.manifest["regions"]]
-    assert "vulkan-spirv" in targets and "llvm-cpu" in targets and len(targets) >= 10
+    result = build(path, tmp_path / "minilm", options)
     # atol 1e-4: float32 attention sums in another order; IREE's own CPU build of the whole model
-    # differs from onnxruntime by ~4e-5 on the same input, so this is the backend, not the split.
+    # differs from onnxruntime by ~4e-5 on the same input, so this is the backend, not aot.
     golden(result.bundle.path, path, inputs=zoo.sample_inputs(entry, path), rtol=1e-4, atol=1e-4)
+
+
+def test_minilm_partitioned_for_cuda_compiles_without_a_gpu(tmp_path):
+    # The attention-mask ops forced to the host split every layer: 14 regions, CUDA + CPU.
+    # (Runs on a lent GPU with scripts/gpu_check.py; CI has none.) On Vulkan the same regions take
+    # IREE's SPIR-V pipeline minutes each (int8 dequant + matmul), so that build is not in CI.
+    entry, options = recipe("minilm", accel="cuda", gate=False,
+                            overrides=Overrides(host_ops=frozenset({"IsNaN", "Where"})))
+    result = build(zoo.fetch(entry), tmp_path / "minilm", options)
+    targets = [r["target"] for r in result.bundle.manifest["regions"]]
+    assert targets.count("cuda") >= 5 and targets.count("llvm-cpu") >= 5
+    assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
 
 
 @pytest.mark.parametrize("name", ["mtcnn-onet", "mtcnn-rnet"])
