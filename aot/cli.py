@@ -92,6 +92,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accel-nodes", help="comma-separated node-name globs forced to the accelerator")
     p.add_argument("--accel-compile-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="an accelerator region still compiling after this falls back to llvm-cpu")
+    p.add_argument("--measure", action="store_true",
+                   help="time every region on its real device and gate on the measurements")
     p.add_argument("--plan", help="build exactly this plan.json (validated first)")
     p.add_argument("--name", help="model name for the manifest and the stub class (default: the graph name)")
     p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
@@ -108,7 +110,7 @@ def _build_options(args: argparse.Namespace):
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
         policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
         cost_params=Path(args.cost_params) if args.cost_params else None,
-        accel_compile_timeout=args.accel_compile_timeout,
+        accel_compile_timeout=args.accel_compile_timeout, measure=getattr(args, "measure", False),
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)

@@ -39,6 +39,7 @@ class BuildOptions:
     threshold: int = 0
     gate: bool = True
     accel_compile_timeout: float = 300.0     # past this an accelerator region falls back to the host
+    measure: bool = False                    # time regions on the real devices; gate on measurements
     cost_params: Path | None = None
     overrides: Overrides = Overrides()
     plan_file: Path | None = None
@@ -123,7 +124,31 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, {fallbacks} fell back")
     bundle = write_bundle(ws, planned, imported, outlined, compiled)
     done("bundle", str(bundle.path))
+    if options.measure and len(plan.regions) > 1:
+        return _measured_gate(model, ws, options, BuildResult(bundle, plan, tuple(timings)), progress)
     return BuildResult(bundle, plan, tuple(timings))
+
+
+def _measured_gate(model: Path, ws: Workspace, options: BuildOptions, result: BuildResult,
+                   progress: Callable[[str], None]) -> BuildResult:
+    """Time the partitioned bundle and the whole model on the host; keep whichever is faster."""
+    from aot import measure
+
+    whole = build(model, ws.build / "whole-host", dataclasses.replace(options, whole=True, measure=False))
+    part_us, per_region = measure.profile_bundle(result.bundle.path, ws.cache)
+    host_us, host_regions = measure.profile_bundle(whole.bundle.path, ws.cache)
+    accepted = part_us < host_us
+    detail = f"measured partitioned {part_us:.1f} us vs whole model on the host {host_us:.1f} us (medians)"
+    gate = {"accepted": accepted, "partitioned_us": part_us, "all_host_us": host_us, "all_accel_us": None,
+            "detail": detail, "measured": True}
+    progress(f"measure  {detail}: partition {'kept' if accepted else 'rejected'}")
+    if accepted:
+        manifest = measure.annotate(result.bundle.path, per_region, gate)
+        return BuildResult(dataclasses.replace(result.bundle, manifest=manifest), result.plan, result.timings)
+    # The gate rejects the partition: ship the single host module (already compiled and cached).
+    single = build(model, ws.root, dataclasses.replace(options, whole=True, measure=False))
+    manifest = measure.annotate(single.bundle.path, host_regions, gate)
+    return BuildResult(dataclasses.replace(single.bundle, manifest=manifest), single.plan, result.timings)
 
 
 def clean(out_dir: Path) -> None:

@@ -27,6 +27,10 @@ def _crossing(m: dict[str, Any]) -> list[tuple[str, str]]:
     return [(v, r["name"]) for r in m["regions"] for v in r["inputs"] if v not in graph_inputs]
 
 
+def _measured(region: dict[str, Any]) -> str:
+    return f"{region['measured_us']:.1f}" if "measured_us" in region else "-"
+
+
 def coverage_line(cov: dict[str, Any] | None) -> str:
     if not cov:
         return "coverage: no accelerator requested"
@@ -46,12 +50,13 @@ def text(m: dict[str, Any]) -> str:
         lines.append(f"  unsupported {row['op']} x{row['count']}: {row['reason']}")
     lines.append("")
     lines.append(f"{'region':8s} {'target':22s} {'nodes':>5s} {'compute':>7s} {'MFLOPs':>9s} {'est us':>9s} "
-                 f"{'in bytes':>10s} {'out bytes':>10s}")
+                 f"{'real us':>9s} {'in bytes':>10s} {'out bytes':>10s}")
     for r in regions:
         ins = sum(bt[v]["bytes"] or 0 for v in r["inputs"])
         outs = sum(bt[v]["bytes"] or 0 for v in r["outputs"])
         lines.append(f"{r['name']:8s} {r['target'] + ':' + r['arch']:22s} {len(r['nodes']):5d} {r['compute_nodes']:7d} "
-                     f"{r.get('flops', 0) / 1e6:9.2f} {r.get('estimated_us', 0):9.1f} {_bytes(ins):>10s} {_bytes(outs):>10s}")
+                     f"{r.get('flops', 0) / 1e6:9.2f} {r.get('estimated_us', 0):9.1f} "
+                     f"{_measured(r):>9s} {_bytes(ins):>10s} {_bytes(outs):>10s}")
         if r["fallback"]:
             lines.append(f"         fell back to the host: {r['fallback'][:300]}")
     crossing = _crossing(m)
@@ -137,7 +142,7 @@ def html_page(m: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{esc(r['name'])}</td><td style='color:{COLORS.get(r['target'], '#000')}'>{esc(r['target'])}:{esc(r['arch'])}</td>"
         f"<td>{len(r['nodes'])}</td><td>{r['compute_nodes']}</td><td>{r.get('flops', 0) / 1e6:.2f}</td>"
-        f"<td>{r.get('estimated_us', 0):.1f}</td><td>{_bytes(sum(m['boundary_tensors'][v]['bytes'] or 0 for v in r['inputs']))}</td>"
+        f"<td>{r.get('estimated_us', 0):.1f}</td><td>{_measured(r)}</td><td>{_bytes(sum(m['boundary_tensors'][v]['bytes'] or 0 for v in r['inputs']))}</td>"
         f"<td>{esc(r['fallback'] or '')}</td></tr>" for r in m["regions"])
     unsupported = "".join(f"<tr><td>{esc(u['op'])}</td><td>{u['count']}</td><td>{esc(u['reason'])}</td></tr>"
                           for u in (part.get("coverage") or {}).get("unsupported", []))
@@ -154,7 +159,7 @@ def html_page(m: dict[str, Any]) -> str:
 <p>{esc(coverage_line(part.get('coverage')))}; {sum(len(r['nodes']) for r in m['regions'])} nodes in {len(m['regions'])} region(s);
 schedule {esc(' → '.join(m['schedule']))}; policy {esc(str(part.get('policy')))}, select {esc(str(part.get('select')))}.</p>
 {gate_html}
-<h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
+<h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
 <h2>Unsupported operators</h2><table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>
 {f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>

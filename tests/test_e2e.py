@@ -186,3 +186,22 @@ def test_accelerator_compile_that_runs_too_long_falls_back(example_model, tmp_pa
     region = next(r for r in result.bundle.manifest["regions"] if r["planned_device"] == "accel")
     assert region["target"] == "llvm-cpu" and "timed out after" in region["fallback"]
     golden(result.bundle.path, example_model)
+
+
+def test_measured_gate_keeps_the_faster_bundle(example_model, tmp_path):
+    """--measure times the partition on the real devices against the whole model on the host.
+    On lavapipe (a CPU pretending to be a GPU) the partition loses, and the gate says so."""
+    import iree.runtime as rt
+
+    result = build(example_model, tmp_path / "m", BuildOptions(accel="vulkan", measure=True))
+    m = result.bundle.manifest
+    gate = m["partition"]["gate"]
+    assert gate["measured"] and gate["partitioned_us"] > 0 and gate["all_host_us"] > 0
+    assert gate["accepted"] == (gate["partitioned_us"] < gate["all_host_us"])
+    if gate["accepted"]:
+        assert len(m["regions"]) == 2 and all("measured_us" in r for r in m["regions"])
+    else:
+        assert [r["target"] for r in m["regions"]] == ["llvm-cpu"] and "measured_us" in m["regions"][0]
+    if "llvmpipe" in rt.get_driver("vulkan").query_available_devices()[0]["name"]:
+        assert not gate["accepted"], "lavapipe beat the host CPU: the measurement is suspect"
+    golden(result.bundle.path, example_model)
