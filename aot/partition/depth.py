@@ -41,25 +41,12 @@ class _Quotient:
                     ready.append(s)
         return depth
 
-    def other_path(self, a: str, b: str) -> bool:
-        """Is there a path a -> ... -> b other than the direct edge?"""
-        stack = [s for s in self.succ[a] if s != b]
-        seen = set(stack)
-        while stack:
-            v = stack.pop()
-            if v == b:
-                return True
-            for s in self.succ[v]:
-                if s not in seen:
-                    seen.add(s)
-                    stack.append(s)
-        return False
-
     def can_contract(self, a: str, b: str) -> bool:
+        # Contracting an edge closes a cycle exactly when a second path joins its ends.
         if b in self.succ[a]:
-            return not self.other_path(a, b)
+            return not regions.path_exists(self.succ, a, b, skip_direct=True)
         if a in self.succ[b]:
-            return not self.other_path(b, a)
+            return not regions.path_exists(self.succ, b, a, skip_direct=True)
         return False
 
     def contract(self, keep: str, gone: str) -> None:

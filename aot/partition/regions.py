@@ -13,6 +13,22 @@ from typing import Mapping
 from aot.graph import GraphView
 
 
+def path_exists(succ, src, dst, *, skip_direct: bool = False) -> bool:
+    """Is there a path src -> ... -> dst in the graph ``succ`` (vertex -> successors)? With
+    ``skip_direct``, only a path through some other vertex counts."""
+    stack = [s for s in succ[src] if not (skip_direct and s == dst)]
+    seen = set(stack)
+    while stack:
+        v = stack.pop()
+        if v == dst:
+            return True
+        for s in succ[v]:
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return False
+
+
 class _RegionGraph:
     def __init__(self) -> None:
         self.members: list[list[str]] = []
@@ -31,17 +47,7 @@ class _RegionGraph:
             self.succ[a].add(b); self.pred[b].add(a)
 
     def reaches(self, src: int, dst: int, *, skip_direct: bool = False) -> bool:
-        """Is there a path src -> ... -> dst (with skip_direct: one through another region)?"""
-        stack = [s for s in self.succ[src] if not (skip_direct and s == dst)]
-        seen = set(stack)
-        while stack:
-            r = stack.pop()
-            if r == dst:
-                return True
-            for s in self.succ[r]:
-                if s not in seen:
-                    seen.add(s); stack.append(s)
-        return False
+        return path_exists(self.succ, src, dst, skip_direct=skip_direct)
 
     def fuse(self, keep: int, gone: int) -> None:
         self.members[keep].extend(self.members[gone])
