@@ -45,9 +45,7 @@ def random_inputs(specs: list[dict[str, Any]], seed: int = 0) -> dict[str, np.nd
         dtype = np.dtype(s["dtype"])
         if dtype.kind == "f":
             out[s["name"]] = rng.standard_normal(s["shape"]).astype(dtype)
-        elif dtype.kind == "b":
-            out[s["name"]] = rng.integers(0, 2, s["shape"]).astype(dtype)
-        else:
+        else:  # 0/1 is in range for any index, mask or token input
             out[s["name"]] = rng.integers(0, 2, s["shape"]).astype(dtype)
     return out
 

@@ -154,8 +154,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import json
-
     from aot.pipeline import plan_model
 
     from aot import report

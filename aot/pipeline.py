@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +16,9 @@ from aot.importer import import_model
 from aot.outline import outline
 from aot.partition import Plan, make_plan, validate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
-from aot.partition.support import Coverage, SupportTable, coverage
-from aot.partition.support import ACCEL, Overrides
+from aot.partition.support import ACCEL, Coverage, Overrides, SupportTable, coverage
 from aot.target import Target, accel_target
 from aot.workspace import Workspace
-
-STAGES = ("load", "plan", "import", "outline", "compile", "bundle")
-
 
 @dataclass(frozen=True, slots=True)
 class BuildOptions:
@@ -149,7 +144,3 @@ def _measured_gate(model: Path, ws: Workspace, options: BuildOptions, result: Bu
     single = build(model, ws.root, dataclasses.replace(options, whole=True, measure=False))
     manifest = measure.annotate(single.bundle.path, host_regions, gate)
     return BuildResult(dataclasses.replace(single.bundle, manifest=manifest), single.plan, result.timings)
-
-
-def clean(out_dir: Path) -> None:
-    shutil.rmtree(Workspace(Path(out_dir)).build, ignore_errors=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from aot.graph import GraphView
 from aot.partition.cost import CostModel, node_bytes, node_flops
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL
 
 MODES = ("all", "largest", "threshold", "largest+threshold", "cost")
 
