@@ -19,6 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ERROR: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `aot report B | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:

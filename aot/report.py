@@ -78,60 +78,72 @@ def text(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def svg(m: dict[str, Any]) -> str:
-    """Nodes laid out left to right by depth, one horizontal lane per region in schedule order;
-    edges between regions (device transfers when the targets differ) drawn thick and red."""
+def svg(m: dict[str, Any], width: int = 1500) -> str:
+    """One outlined block per region, in schedule order, flowing left to right and wrapping at
+    ``width``; inside a block, nodes go left to right by depth and long regions wrap into bands,
+    so a 400-node model stays readable on one screen. Red lines: tensors passed between regions."""
     nodes = m.get("graph", [])
+    by_name = {n["name"]: n for n in nodes}
     region_of = {n: r["name"] for r in m["regions"] for n in r["nodes"]}
     target = {r["name"]: r["target"] for r in m["regions"]}
     producer = {v: n["name"] for n in nodes for v in n["outputs"]}
-    depth: dict[str, int] = {}
-    for n in nodes:  # nodes come in topological order
-        depth[n["name"]] = 1 + max((depth[producer[v]] for v in n["inputs"] if v in producer), default=-1)
-    col_w, row_h, node_w, node_h, lane_pad, left = 96, 26, 84, 18, 22, 150
-    lanes = list(m["schedule"])
-    occupied: dict[tuple[str, int], int] = {}
-    pos_row: dict[str, int] = {}
-    for n in nodes:
-        key = (region_of[n["name"]], depth[n["name"]])
-        pos_row[n["name"]] = occupied.get(key, 0)
-        occupied[key] = pos_row[n["name"]] + 1
-    lane_rows = {r: max([c for (rr, _), c in occupied.items() if rr == r], default=1) for r in lanes}
-    lane_y, y = {}, 10
-    for r in lanes:
-        lane_y[r] = y
-        y += lane_rows[r] * row_h + 2 * lane_pad
-    width = left + (max(depth.values(), default=0) + 1) * col_w + 20
-    xy = {n["name"]: (left + depth[n["name"]] * col_w, lane_y[region_of[n["name"]]] + lane_pad + pos_row[n["name"]] * row_h)
-          for n in nodes}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y + 10}" font-family="sans-serif" font-size="10">']
+    col_w, row_h, node_w, node_h, pad, head = 64, 22, 58, 16, 10, 30
+    per_band = max(1, (width - 2 * pad - 20) // col_w)
+    local: dict[str, tuple[int, int]] = {}          # node -> (column, row) inside its region
+    size: dict[str, tuple[int, int, int]] = {}      # region -> (columns, rows, bands)
     for r in m["regions"]:
-        ry = lane_y[r["name"]]
-        h = lane_rows[r["name"]] * row_h + 2 * lane_pad - 6
-        xs = [xy[n][0] for n in r["nodes"]]
-        out.append(f'<rect x="4" y="{ry}" width="{width - 8}" height="{h}" fill="{COLORS.get(r["target"], "#999")}" '
-                   f'fill-opacity="0.08" stroke="{COLORS.get(r["target"], "#999")}" stroke-width="1.5" rx="6"/>')
-        out.append(f'<text x="10" y="{ry + 16}" font-weight="bold">{html.escape(r["name"])}</text>')
-        out.append(f'<text x="10" y="{ry + 30}">{html.escape(r["target"])}</text>')
-        out.append(f'<text x="10" y="{ry + 44}">{len(r["nodes"])} nodes</text>')
-        if xs:
-            out.append(f'<rect x="{min(xs) - 6}" y="{ry + 8}" width="{max(xs) - min(xs) + node_w + 12}" '
-                       f'height="{h - 16}" fill="none" stroke="#333" stroke-dasharray="4 3" rx="4"/>')
+        depth: dict[str, int] = {}
+        used: dict[int, int] = {}
+        for name in r["nodes"]:  # topological order
+            n = by_name[name]
+            depth[name] = 1 + max((depth[producer[v]] for v in n["inputs"]
+                                   if producer.get(v) in depth), default=-1)
+            local[name] = (depth[name], used.get(depth[name], 0))
+            used[depth[name]] = used.get(depth[name], 0) + 1
+        cols = max(depth.values(), default=0) + 1
+        # at least 3 columns wide, so the block's title fits
+        size[r["name"]] = (max(3, min(cols, per_band)), max(used.values(), default=1), -(-cols // per_band))
+    origin: dict[str, tuple[int, int]] = {}
+    x, y, line_h = 4, 4, 0
+    for name in m["schedule"]:
+        cols, rows, bands = size[name]
+        w, h = cols * col_w + 2 * pad, head + bands * rows * row_h + pad
+        if x + w > width and x > 4:
+            x, y, line_h = 4, y + line_h + 12, 0
+        origin[name] = (x, y)
+        x, line_h = x + w + 12, max(line_h, h)
+    height = y + line_h + 8
+
+    def pos(name: str) -> tuple[int, int]:
+        r = region_of[name]
+        (col, row), (ox, oy), (_, rows, _) = local[name], origin[r], size[r]
+        band, col = divmod(col, per_band)
+        return ox + pad + col * col_w, oy + head + (band * rows + row) * row_h
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="9">']
+    for r in m["regions"]:
+        cols, rows, bands = size[r["name"]]
+        ox, oy = origin[r["name"]]
+        color = COLORS.get(r["target"], "#999")
+        out.append(f'<rect x="{ox}" y="{oy}" width="{cols * col_w + 2 * pad}" height="{head + bands * rows * row_h + pad}" '
+                   f'fill="{color}" fill-opacity="0.10" stroke="{color}" stroke-width="2" rx="6"/>')
+        out.append(f'<text x="{ox + 6}" y="{oy + 14}" font-size="11" font-weight="bold">{html.escape(r["name"])} '
+                   f'<tspan font-weight="normal">{html.escape(r["target"])}, {len(r["nodes"])} nodes</tspan></text>')
     for n in nodes:
-        x2, y2 = xy[n["name"]]
+        x2, y2 = pos(n["name"])
         for v in n["inputs"]:
-            if v not in producer:
-                continue
-            x1, y1 = xy[producer[v]]
-            cross = region_of[producer[v]] != region_of[n["name"]]
-            style = 'stroke="#c0392b" stroke-width="2"' if cross else 'stroke="#888" stroke-width="0.8"'
-            out.append(f'<line x1="{x1 + node_w}" y1="{y1 + node_h / 2}" x2="{x2}" y2="{y2 + node_h / 2}" {style}/>')
+            if v in producer:
+                x1, y1 = pos(producer[v])
+                cross = region_of[producer[v]] != region_of[n["name"]]
+                style = 'stroke="#c0392b" stroke-width="1.8"' if cross else 'stroke="#777" stroke-width="0.6"'
+                out.append(f'<line x1="{x1 + node_w}" y1="{y1 + node_h / 2}" x2="{x2}" y2="{y2 + node_h / 2}" {style}/>')
     for n in nodes:
-        x, yy = xy[n["name"]]
-        color = COLORS.get(target[region_of[n["name"]]], "#999")
+        x, y = pos(n["name"])
         out.append(f'<g><title>{html.escape(n["name"])} ({html.escape(n["op"])})</title>'
-                   f'<rect x="{x}" y="{yy}" width="{node_w}" height="{node_h}" rx="3" fill="{color}" stroke="#222" stroke-width="0.5"/>'
-                   f'<text x="{x + 4}" y="{yy + 13}" fill="#000">{html.escape(n["op"][:14])}</text></g>')
+                   f'<rect x="{x}" y="{y}" width="{node_w}" height="{node_h}" rx="3" '
+                   f'fill="{COLORS.get(target[region_of[n["name"]]], "#999")}" stroke="#222" stroke-width="0.4"/>'
+                   f'<text x="{x + 3}" y="{y + 11}">{html.escape(n["op"][:11])}</text></g>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -148,19 +160,19 @@ def html_page(m: dict[str, Any]) -> str:
                           for u in (part.get("coverage") or {}).get("unsupported", []))
     gate = part.get("gate")
     gate_html = (f"<p><b>Gate:</b> {'partition accepted' if gate['accepted'] else 'partition rejected'} &mdash; "
-                 f"{esc(gate['detail'])}</p>") if gate else "<p><b>Gate:</b> not applied (one region)</p>"
+                 f"{esc(gate['detail'])}</p>") if gate else "<p><b>Gate:</b> not applied (one region, or --no-gate)</p>"
     tips = "".join(f"<li>{esc(t)}</li>" for t in part.get("suggestions", []))
     legend = " ".join(f"<span style='background:{c};padding:2px 8px;border-radius:3px'>{esc(t)}</span>" for t, c in COLORS.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>aot report: {esc(m['model']['name'])}</title>
 <style>body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}
-.pic{{overflow:auto;border:1px solid #ccc;max-height:900px}}</style></head><body>
+.pic{{overflow:auto;border:1px solid #ccc}}</style></head><body>
 <h1>aot report: {esc(m['model']['name'])}</h1>
 <p>{esc(coverage_line(part.get('coverage')))}; {sum(len(r['nodes']) for r in m['regions'])} nodes in {len(m['regions'])} region(s);
 schedule {esc(' → '.join(m['schedule']))}; policy {esc(str(part.get('policy')))}, select {esc(str(part.get('select')))}.</p>
 {gate_html}
 <h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
-<h2>Unsupported operators</h2><table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>
+<h2>Unsupported operators</h2>{f'<table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>' if unsupported else '<p>none: every node is supported by the accelerator target</p>'}
 {f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>
 <div class="pic">{svg(m)}</div>

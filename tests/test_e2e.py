@@ -205,3 +205,35 @@ def test_measured_gate_keeps_the_faster_bundle(example_model, tmp_path):
     if "llvmpipe" in rt.get_driver("vulkan").query_available_devices()[0]["name"]:
         assert not gate["accepted"], "lavapipe beat the host CPU: the measurement is suspect"
     golden(result.bundle.path, example_model)
+
+
+def test_report_html_draws_every_node_and_region(vulkan_bundle):
+    import xml.etree.ElementTree as ET
+
+    from aot import report
+
+    m = vulkan_bundle.bundle.manifest
+    page = report.html_page(m)
+    assert "14/15 nodes supported on vulkan-spirv, 93.3%" in page and "partition accepted" in page
+    svg_text = page[page.index("<svg"):page.index("</svg>") + 6]
+    root = ET.fromstring(svg_text)  # well-formed XML
+    titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert sorted(t.split(" (")[0] for t in titles) == sorted(n for r in m["regions"] for n in r["nodes"])
+    red = [l for l in root.iter("{http://www.w3.org/2000/svg}line") if l.get("stroke") == "#c0392b"]
+    assert len(red) == 1  # probs: the one tensor passed between regions
+    proc = run_aot("report", str(vulkan_bundle.bundle.path))
+    assert proc.stdout.strip().endswith("report.html")
+
+
+def test_report_escapes_hostile_names(vulkan_bundle):
+    import copy
+    import xml.etree.ElementTree as ET
+
+    from aot import report
+
+    m = copy.deepcopy(vulkan_bundle.bundle.manifest)
+    m["graph"][0]["name"] = '<script>alert(1)</script>&"'
+    m["regions"][0]["nodes"][0] = m["graph"][0]["name"]
+    page = report.html_page(m)
+    assert "<script>" not in page
+    ET.fromstring(page[page.index("<svg"):page.index("</svg>") + 6])

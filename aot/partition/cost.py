@@ -40,8 +40,9 @@ class CostModel:
         p = Path(path) if path else DEFAULT_PARAMS
         data = json.loads(p.read_text())
         accel = data["accelerators"].get(target or "", data["accelerators"]["default"])
+        source = "defaults (aot/partition/devices.json)" if path is None else str(p)
         return cls(DeviceModel(**data["host"]), DeviceModel(**accel["device"]),
-                   accel["link_gbps"], accel["hop_us"], str(p))
+                   accel["link_gbps"], accel["hop_us"], source)
 
     def device(self, which: str) -> DeviceModel:
         return self.accel if which == ACCEL else self.host
