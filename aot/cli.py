@@ -99,6 +99,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                    help="an accelerator region still compiling after this falls back to llvm-cpu")
     p.add_argument("--measure", action="store_true",
                    help="time every region on its real device and gate on the measurements")
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each accelerator region on its device against onnxruntime; move failures "
+                        "to the host (default: on when the device is present)")
     p.add_argument("--plan", help="build exactly this plan.json (validated first)")
     p.add_argument("--name", help="model name for the manifest and the stub class (default: the graph name)")
     p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
@@ -116,6 +119,7 @@ def _build_options(args: argparse.Namespace):
         policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
         cost_params=Path(args.cost_params) if args.cost_params else None,
         accel_compile_timeout=args.accel_compile_timeout, measure=getattr(args, "measure", False),
+        verify=args.verify,
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)

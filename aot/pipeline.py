@@ -18,6 +18,7 @@ from aot.partition import Plan, make_plan, validate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
 from aot.partition.support import ACCEL, Coverage, Overrides, SupportTable, coverage
 from aot.target import Target, accel_target
+from aot.verify import device_present
 from aot.workspace import Workspace
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,8 @@ class BuildOptions:
     gate: bool = True
     accel_compile_timeout: float = 300.0     # past this an accelerator region falls back to the host
     measure: bool = False                    # time regions on the real devices; gate on measurements
+    verify: bool | None = None               # check accelerator regions on their device (None: when present)
+    plan: Plan | None = None                 # build exactly this plan (verification repairs use it)
     cost_params: Path | None = None
     overrides: Overrides = Overrides()
     plan_file: Path | None = None
@@ -72,13 +75,17 @@ def plan_model(model: Path, options: BuildOptions, *, suggest: bool = True) -> P
                              options.policy, options.select, options.threshold, options.gate, options.cost_params)
     if options.whole:
         plan = single_region_plan(view)
+    elif options.plan is not None:
+        plan = options.plan
+        validate(plan, view)
     elif options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
     else:
         plan = make_plan(view, popts)
     cov = coverage(view, SupportTable.for_target(target.backend)) if target else None
-    tips = suggestions(view, popts, plan) if suggest and options.plan_file is None and not options.whole else ()
+    fixed = options.plan_file is not None or options.plan is not None or options.whole
+    tips = suggestions(view, popts, plan) if suggest and not fixed else ()
     return Planned(source, view, plan, popts, cov, tips)
 
 
@@ -119,9 +126,45 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, {fallbacks} fell back")
     bundle = write_bundle(ws, planned, imported, outlined, compiled)
     done("bundle", str(bundle.path))
-    if options.measure and len(plan.regions) > 1:
-        return _measured_gate(model, ws, options, BuildResult(bundle, plan, tuple(timings)), progress)
-    return BuildResult(bundle, plan, tuple(timings))
+    result = BuildResult(bundle, plan, tuple(timings))
+    drivers = {r["driver"] for r in bundle.manifest["regions"] if r["target"] != "llvm-cpu"}
+    if drivers and (options.verify or (options.verify is None and all(device_present(d) for d in drivers))):
+        result = _verified(model, ws, options, planned, result, progress)
+    if options.measure and len(result.plan.regions) > 1:
+        return _measured_gate(model, ws, options, result, progress)
+    return result
+
+
+def _verified(model: Path, ws: Workspace, options: BuildOptions, planned: Planned, result: BuildResult,
+              progress: Callable[[str], None], moved: tuple[dict, ...] = ()) -> BuildResult:
+    """Verify accelerator regions on their device; move failures to the host and rebuild until
+    every remaining accelerator region matches onnxruntime."""
+    from aot import measure, verify
+    from aot.check import random_inputs
+
+    checks = verify.verify_bundle(result.bundle.path, planned.source.model,
+                                  random_inputs(result.bundle.manifest["inputs"], seed=0))
+    bad = [c for c in checks if not c.ok]
+    for c in checks:
+        progress(f"verify   {c.region}: {'ok' if c.ok else 'FAILED: ' + str(c.error)}"
+                 + (f" (max abs diff {c.max_abs_diff:.3g})" if c.max_abs_diff is not None else ""))
+    if not bad:
+        record = {"checked": [c.to_json() for c in checks], "moved_to_host": list(moved)}
+        manifest = measure.annotate(result.bundle.path, {}, None, verification=record)
+        return BuildResult(dataclasses.replace(result.bundle, manifest=manifest), result.plan, result.timings)
+    failed = {c.region: c for c in bad}
+    plan = result.plan
+    regions = tuple(dataclasses.replace(r, device="host") if r.name in failed else r for r in plan.regions)
+    reasons = dict(plan.reasons)
+    for r in plan.regions:
+        if r.name in failed:
+            reasons.update({n: f"verification moved region {r.name} to the host: {failed[r.name].error}" for n in r.nodes})
+    repaired = Plan(regions, plan.schedule, tuple(sorted(reasons.items())), plan.gate)
+    progress(f"verify   moving {', '.join(failed)} to the host and rebuilding")
+    again = build(model, ws.root, dataclasses.replace(options, plan=repaired, verify=False, measure=False))
+    planned_again = dataclasses.replace(planned, plan=repaired)
+    return _verified(model, ws, options, planned_again, again, progress,
+                     moved + tuple(c.to_json() for c in bad))
 
 
 def _measured_gate(model: Path, ws: Workspace, options: BuildOptions, result: BuildResult,

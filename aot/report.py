@@ -68,6 +68,14 @@ def text(m: dict[str, Any]) -> str:
     gate = part.get("gate")
     if gate:
         lines.append(f"\ngate: {'partition accepted' if gate['accepted'] else 'partition rejected'}: {gate['detail']}")
+    ver = m.get("verification")
+    if ver:
+        lines.append("\nverification on the device vs onnxruntime:")
+        for c in ver["checked"]:
+            diff = "-" if c["max_abs_diff"] is None else f"{c['max_abs_diff']:.3g}"
+            lines.append(f"  {c['region']}: {'ok' if c['ok'] else 'FAILED'} (max abs diff {diff})")
+        for c in ver["moved_to_host"]:
+            lines.append(f"  {c['region']}: moved to the host: {c['error']}")
     reasons = Counter(m["host_reasons"].values())
     if reasons:
         lines.append("\nwhy nodes are on the host:")

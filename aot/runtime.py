@@ -19,21 +19,23 @@ from aot.errors import BundleError, DeviceError, RuntimeInputError
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 
 
-def load(bundle_dir: str | Path, *, expect_sha256: str | None = None) -> "Session":
+def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True) -> "Session":
     """Open the bundle: create each device once, load the weights and every module once per
-    device. ``expect_sha256`` (from a generated stub) guards against a stub/bundle mismatch."""
+    device. ``expect_sha256`` (from a generated stub) guards against a stub/bundle mismatch.
+    ``check_device=False`` skips the compiled-for vs opened device check (verification only:
+    it wants to see what a mismatched module really computes)."""
     bundle = Path(bundle_dir)
     data = mf.read(bundle)
     if expect_sha256 is not None and data["model"]["sha256"] != expect_sha256:
         raise BundleError(f"bundle {str(bundle)!r} was built from another model than this stub",
                           hint="use the stub that ships inside the bundle")
-    return Session(bundle, data)
+    return Session(bundle, data, check_device=check_device)
 
 
 class Session:
     """A loaded bundle; call it with numpy inputs, get numpy outputs in manifest order."""
 
-    def __init__(self, bundle: Path, data: dict[str, Any]) -> None:
+    def __init__(self, bundle: Path, data: dict[str, Any], *, check_device: bool = True) -> None:
         import iree.runtime as rt
 
         self.manifest = data
@@ -55,7 +57,7 @@ class Session:
             by_driver.setdefault(r["driver"], []).append(r)
         try:
             for driver, regions in by_driver.items():
-                device = _open_device(rt, driver, regions)
+                device = _open_device(rt, driver, regions, check=check_device)
                 self._devices[driver] = device
                 modules = [rt.create_hal_module(self._instance, device)]
                 if params is not None:
@@ -116,6 +118,16 @@ class Session:
         for v, res in zip(region["outputs"], results):
             values[v] = (driver, res)
 
+    def run_region(self, name: str, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Run one region alone on its device (verification feeds it reference intermediates)."""
+        values: dict[str, tuple[str | None, Any]] = {v: (None, _contiguous(np.asarray(a)))
+                                                     for v, a in zip(self._regions[name]["inputs"], args)}
+        try:
+            self._run_region(name, values)
+            return tuple(self._to_numpy(values[v]) for v in self._regions[name]["outputs"])
+        finally:
+            values.clear()
+
     def profile(self, inputs: Mapping[str, Any], repeats: int = 20) -> tuple[float, dict[str, float]]:
         """Median wall time of a whole run and of each region on its own device (microseconds),
         each region timed on the real intermediates of one run. Device work is synchronous in
@@ -157,10 +169,11 @@ class Session:
         return _contiguous(arr.to_host())
 
     @staticmethod
-    def _to_numpy(value: tuple[str | None, Any], dtype: str) -> np.ndarray:
+    def _to_numpy(value: tuple[str | None, Any], dtype: str | None = None) -> np.ndarray:
         where, arr = value
         host = arr if where is None else arr.to_host()
-        return np.array(host, dtype=np.dtype(dtype), copy=True)  # own the memory: buffers get reused
+        # Own the memory (device buffers get reused); cast to the manifest dtype (i1 comes back as i8).
+        return np.array(host, dtype=np.dtype(dtype) if dtype else None, copy=True)
 
     def close(self) -> None:
         """Release in dependency order: invokers, contexts and modules before their devices
@@ -178,14 +191,14 @@ class Session:
         self.close()
 
 
-def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]]) -> Any:
+def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]], check: bool = True) -> Any:
     try:
         device = rt.get_driver(driver).create_default_device()
     except Exception as e:
         raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
                           f"{', '.join(r['name'] for r in regions)}: {e}",
                           hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
-    if driver == "vulkan":
+    if driver == "vulkan" and check:
         name = _vulkan_device_name(rt)
         for r in regions:
             on_lavapipe = "llvmpipe" in name.lower()

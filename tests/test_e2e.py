@@ -237,3 +237,31 @@ def test_report_escapes_hostile_names(vulkan_bundle):
     page = report.html_page(m)
     assert "<script>" not in page
     ET.fromstring(page[page.index("<svg"):page.index("</svg>") + 6])
+
+
+def test_verification_moves_a_silently_wrong_region_to_the_host(example_model, tmp_path):
+    """A region compiled for a real GPU (ampere, subgroup 32) runs on lavapipe and returns wrong
+    numbers without any error. Verification catches it, moves it to the host, and the rebuilt
+    bundle matches onnxruntime."""
+    result = build(example_model, tmp_path / "amp", BuildOptions(accel="vulkan", vulkan_target="ampere"))
+    m = result.bundle.manifest
+    moved = m["verification"]["moved_to_host"]
+    assert [c["region"] for c in moved] == ["r0"] and "differ from onnxruntime" in moved[0]["error"]
+    assert moved[0]["max_abs_diff"] > 1e-2
+    assert {r["target"] for r in m["regions"]} == {"llvm-cpu"}
+    assert "verification moved region r0" in m["host_reasons"]["conv1"]
+    golden(result.bundle.path, example_model)
+    assert "moved to the host" in run_aot("report", str(result.bundle.path)).stdout
+
+
+def test_without_verification_the_runtime_refuses_the_mismatched_module(example_model, tmp_path):
+    result = build(example_model, tmp_path / "amp", BuildOptions(accel="vulkan", vulkan_target="ampere", verify=False))
+    assert "verification" not in result.bundle.manifest
+    with pytest.raises(DeviceError, match="compiled for Vulkan target 'ampere'"):
+        runtime.load(result.bundle.path)
+
+
+def test_a_good_build_records_its_verification(vulkan_bundle):
+    checked = vulkan_bundle.bundle.manifest["verification"]["checked"]
+    assert [(c["region"], c["ok"]) for c in checked] == [("r0", True)]
+    assert checked[0]["max_abs_diff"] < 1e-4
