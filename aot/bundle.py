@@ -79,6 +79,8 @@ def build_manifest(planned: "Planned", outlined: tuple[OutlinedRegion, ...], com
         # Node list for the report's picture; the stub and the runtime ignore it.
         "graph": [{"name": n.name, "op": n.op_type, "inputs": list(n.inputs), "outputs": list(n.outputs)}
                   for n in view.nodes],
+        # llvm-cpu code compiled for "host" may use any of these; the runtime checks them.
+        "build_machine": {"cpu_flags": mf.cpu_flags()},
         "toolchain": {"aot": aot.__version__, "iree-base-compiler": version("iree-base-compiler"),
                       "iree-base-runtime": version("iree-base-runtime"), "onnx": version("onnx")},
     }

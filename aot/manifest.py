@@ -76,3 +76,20 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# x86 features that llvm-cpu code compiled for "host" may use; a machine lacking one of the build
+# machine's would hit an illegal instruction instead of an error message.
+_ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl",
+              "avx512dq", "avx512cd", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile")
+
+
+def cpu_flags() -> list[str]:
+    """This machine's ISA flags that matter for llvm-cpu code (Linux /proc/cpuinfo; [] elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
+    have = set(line.partition(":")[2].split())
+    return [f for f in _ISA_FLAGS if f in have]

@@ -57,7 +57,8 @@ class Session:
             by_driver.setdefault(r["driver"], []).append(r)
         try:
             for driver, regions in by_driver.items():
-                device = _open_device(rt, driver, regions, check=check_device)
+                device = _open_device(rt, driver, regions, check=check_device,
+                                      manifest_flags=data.get("build_machine", {}).get("cpu_flags", []))
                 self._devices[driver] = device
                 modules = [rt.create_hal_module(self._instance, device)]
                 if params is not None:
@@ -191,13 +192,26 @@ class Session:
         self.close()
 
 
-def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]], check: bool = True) -> Any:
+def _check_cpu(regions: list[dict[str, Any]], build_flags: list[str]) -> None:
+    native = [r["name"] for r in regions if r["arch"] == "host"]
+    here = set(mf.cpu_flags())
+    missing = [f for f in build_flags if f not in here] if native and here else []
+    if missing:
+        raise DeviceError(f"region(s) {', '.join(native)} were compiled for the build machine's CPU, which has "
+                          f"{', '.join(missing)}; this CPU does not",
+                          hint="rebuild with --host-cpu x86-64-v3 (or this machine's CPU) to run here")
+
+
+def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]], check: bool = True,
+                 manifest_flags: list[str] = ()) -> Any:
     try:
         device = rt.get_driver(driver).create_default_device()
     except Exception as e:
         raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
                           f"{', '.join(r['name'] for r in regions)}: {e}",
                           hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
+    if driver in ("local-task", "local-sync") and check:
+        _check_cpu(regions, manifest_flags)
     if driver == "vulkan" and check:
         name = _vulkan_device_name(rt)
         for r in regions:

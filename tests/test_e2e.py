@@ -265,3 +265,14 @@ def test_a_good_build_records_its_verification(vulkan_bundle):
     checked = vulkan_bundle.bundle.manifest["verification"]["checked"]
     assert [(c["region"], c["ok"]) for c in checked] == [("r0", True)]
     assert checked[0]["max_abs_diff"] < 1e-4
+
+
+def test_runtime_refuses_host_code_built_for_a_cpu_with_more_features(host_bundle, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(host_bundle.bundle.path, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    assert data["regions"][0]["arch"] == "host"
+    data["build_machine"]["cpu_flags"] = data["build_machine"]["cpu_flags"] + ["amx_tile_from_the_future"]
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(DeviceError, match=r"(?s)amx_tile_from_the_future.*--host-cpu"):
+        runtime.load(copy)
