@@ -146,3 +146,27 @@ def test_every_policy_and_selection_mode_yields_a_valid_plan(case, policy, mode,
     plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, policy=policy, select=mode,
                                             threshold=k, overrides=Overrides(host_nodes=tuple(sorted(host)))))
     validate(plan, view)   # partition of the node set, acyclic, schedule topological
+
+
+@pytest.mark.parametrize("attrs, supported", [((("mode", "cubic"),), False), ((("mode", "linear"),), True), ((), True)])
+def test_attribute_predicates(attrs, supported):
+    from aot.partition.support import SupportTable
+
+    node = Node("r", "Resize", ("x",), ("y",), attrs)
+    view = GraphView.build([node], ["x"], ["y"], {"x": Value("x", "float32", (1, 3, 8, 8)),
+                                                  "y": Value("y", "float32", (1, 3, 16, 16))})
+    decision = SupportTable.for_target("vulkan-spirv").decide(node, view)
+    assert decision.supported is supported
+    assert supported or "mode=cubic" in decision.reason
+
+
+def test_rank_and_dtype_predicates():
+    from aot.partition.support import SupportTable
+
+    table = SupportTable.for_target("vulkan-spirv")
+    deep = Node("d", "Add", ("x",), ("y",))
+    view = GraphView.build([deep], ["x"], ["y"], {"x": Value("x", "float32", (1,) * 7), "y": Value("y", "float32", (1,) * 7)})
+    assert "rank 7" in table.decide(deep, view).reason
+    view = GraphView.build([deep], ["x"], ["y"], {"x": Value("x", "float64", (2,)), "y": Value("y", "float64", (2,))})
+    assert "float64" in table.decide(deep, view).reason
+    assert SupportTable.for_target("cuda").decide(deep, view).supported

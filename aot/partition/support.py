@@ -43,6 +43,24 @@ _COMMON_HOST_OPS: Mapping[str, str] = {
 # Registry of host-only ops under dotted names, e.g. "vulkan-spirv.TopK" -> reason.
 HOST_ONLY: dict[str, str] = {f"{t}.{op}": r for t in ("vulkan-spirv", "cuda") for op, r in _COMMON_HOST_OPS.items()}
 
+_RECURRENT = ("recurrent op: IREE lowers it to a loop over time steps that launches one small "
+              "dispatch per step; the host runs it with less overhead")
+HOST_ONLY.update({f"vulkan-spirv.{op}": _RECURRENT for op in ("LSTM", "GRU", "RNN")})
+
+# Attribute predicates: (op, attribute, values that send the node to the host, reason).
+ATTRIBUTE_RULES: dict[str, tuple[tuple[str, str, frozenset, str], ...]] = {
+    "vulkan-spirv": (
+        ("Resize", "mode", frozenset({"cubic"}),
+         "bicubic resize gathers 16 taps per output through scalar loads on SPIR-V"),
+        ("Resize", "coordinate_transformation_mode", frozenset({"tf_crop_and_resize"}),
+         "tf_crop_and_resize is not lowered by the ONNX importer for GPU targets"),
+    ),
+    "cuda": (
+        ("Resize", "coordinate_transformation_mode", frozenset({"tf_crop_and_resize"}),
+         "tf_crop_and_resize is not lowered by the ONNX importer for GPU targets"),
+    ),
+}
+
 # Element types an accelerator target cannot compute with.
 BANNED_DTYPES: dict[str, dict[str, str]] = {
     "vulkan-spirv": {"float64": "float64 is not supported by SPIR-V targets without Float64"},
@@ -71,13 +89,15 @@ class SupportTable:
     host_only: Mapping[str, str] = field(default_factory=dict)
     banned_dtypes: Mapping[str, str] = field(default_factory=dict)
     boundary_banned_dtypes: Mapping[str, str] = field(default_factory=dict)
+    attribute_rules: tuple[tuple[str, str, frozenset, str], ...] = ()
     max_rank: int = 6
 
     @classmethod
     def for_target(cls, target: str) -> "SupportTable":
         prefix = f"{target}."
         ops = {k[len(prefix):]: v for k, v in HOST_ONLY.items() if k.startswith(prefix)}
-        return cls(target, ops, BANNED_DTYPES.get(target, {}), BOUNDARY_BANNED_DTYPES.get(target, {}))
+        return cls(target, ops, BANNED_DTYPES.get(target, {}), BOUNDARY_BANNED_DTYPES.get(target, {}),
+                   ATTRIBUTE_RULES.get(target, ()))
 
     def may_cross(self, node: Node, value: str, view: GraphView) -> Decision:
         """May ``value`` (an output of ``node``) leave its region?"""
@@ -91,6 +111,9 @@ class SupportTable:
     def decide(self, node: Node, view: GraphView) -> Decision:
         if node.op_type in self.host_only:
             return Decision(False, f"{self.target}.{node.op_type}: {self.host_only[node.op_type]}")
+        for op, attr, values, why in self.attribute_rules:
+            if node.op_type == op and node.attr(attr) in values:
+                return Decision(False, f"{self.target}.{op} with {attr}={node.attr(attr)}: {why}")
         for v in (*node.inputs, *node.outputs):
             value = view.values[v]
             if value.dtype in self.banned_dtypes:
