@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test bench clean
+.PHONY: setup model test bench conformance clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,11 @@ test: setup
 
 bench: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 	$(AOT) bench $(MODEL) -o artifacts/bench/$(NAME)
+
+# Every ONNX node test case through the pipeline, on the CPU and on the Vulkan device.
+conformance: setup
+	$(AOT) conformance --target llvm-cpu
+	$(AOT) conformance --target vulkan-spirv
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache

@@ -67,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_build_options(bn)
     bn.set_defaults(func=_cmd_bench)
 
+    cf = sub.add_parser("conformance", help="run ONNX node test cases through the whole pipeline")
+    cf.add_argument("--target", choices=("llvm-cpu", "vulkan-spirv", "cuda"), default="llvm-cpu")
+    cf.add_argument("--filter", help="regular expression on test case names")
+    cf.add_argument("--limit", type=int)
+    cf.add_argument("--workers", type=int, default=2)
+    cf.add_argument("-o", "--output", help="results JSON (default: docs/conformance-TARGET.json)")
+    cf.add_argument("--markdown", default="docs/conformance.md", help="summary of every target's results")
+    cf.set_defaults(func=_cmd_conformance)
+
     ex = sub.add_parser("example", help="write the default example model (a small CNN) to a file")
     ex.add_argument("-o", "--output", required=True)
     ex.set_defaults(func=_cmd_example)
@@ -271,6 +280,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     model, options = _model_and_options(args)
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
     print(bench.run(model, out, options, iterations=args.iterations).text())
+    return 0
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    from aot import conformance
+
+    results = conformance.run(args.target, args.filter, args.limit, args.workers)
+    out = Path(args.output or f"docs/conformance-{args.target}.json")
+    conformance.write(results, out, Path(args.markdown) if args.markdown else None)
+    c = results["counts"]
+    print(", ".join(f"{c[k]} {k}" for k in conformance.CATEGORIES) + f" of {results['total']} cases")
+    print(out)
     return 0
 
 

@@ -1,0 +1,201 @@
+"""ONNX node conformance through the whole pipeline: load -> import -> partition -> compile -> run.
+
+Each of ONNX's node test cases (``onnx.backend.test.case.node.collect_testcases``) is built into a
+bundle for the target and run on its data sets; the result is classified as pass, wrong result,
+runtime error, compile error, import error or unsupported (rejected by aot's own checks).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    name: str
+    status: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def collect(pattern: str | None = None, limit: int | None = None) -> list:
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = sorted(collect_testcases(), key=lambda c: c.name)
+    if pattern:
+        cases = [c for c in cases if re.search(pattern, c.name)]
+    return cases[:limit] if limit else cases
+
+
+def run_case(case, accel: str) -> CaseResult:
+    """Build and run one case in a scratch folder; never raises."""
+    import onnx
+
+    from aot import runtime
+    from aot.errors import CompileError, ImporterError, ModelError, OutlineError, PartitionError
+    from aot.pipeline import BuildOptions, build
+
+    start = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(prefix="aot-conf-"))
+    try:
+        model_path = scratch / "model.onnx"
+        onnx.save(case.model, str(model_path))
+        options = BuildOptions(accel=accel, min_compute=1, gate=False, verify=False, accel_compile_timeout=120,
+                               input_shapes=_shapes_from_data(case))
+        try:
+            result = build(model_path, scratch / "out", options)
+        except ModelError as e:
+            return CaseResult(case.name, "unsupported", e.message[:200], time.perf_counter() - start)
+        except (ImporterError, OutlineError, PartitionError) as e:
+            return CaseResult(case.name, "import error", e.message[:200], time.perf_counter() - start)
+        except CompileError as e:
+            return CaseResult(case.name, "compile error", e.stderr_tail[:200], time.perf_counter() - start)
+        fallbacks = [r["name"] for r in result.bundle.manifest["regions"] if r["fallback"]]
+        names = [s["name"] for s in result.bundle.manifest["inputs"]]
+        try:
+            with runtime.load(result.bundle.path) as session:
+                for inputs, expected in case.data_sets:
+                    outputs = session.run(dict(zip(names, inputs)))
+                    for got, want in zip(outputs, expected):
+                        want = np.asarray(want)
+                        if got.shape != want.shape or not np.allclose(got.astype(np.float64), want.astype(np.float64),
+                                                                      rtol=case.rtol, atol=case.atol, equal_nan=True):
+                            return CaseResult(case.name, "wrong result", _diff(got, want), time.perf_counter() - start)
+        except Exception as e:  # noqa: BLE001 - classified, not hidden
+            return CaseResult(case.name, "runtime error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                              time.perf_counter() - start)
+        detail = f"fell back to llvm-cpu: {', '.join(fallbacks)}" if fallbacks else ""
+        return CaseResult(case.name, "pass", detail, time.perf_counter() - start)
+    except Exception as e:  # noqa: BLE001 - anything else is still a result
+        return CaseResult(case.name, "import error", f"{type(e).__name__}: {str(e)[:200]}", time.perf_counter() - start)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _shapes_from_data(case) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Pin each input to the shape of the case's first data set, as a user would with
+    --input-shape; inputs that are not plain arrays (sequences, optionals) stay as they are."""
+    inits = {t.name for t in case.model.graph.initializer}
+    names = [v.name for v in case.model.graph.input if v.name not in inits]
+    first = case.data_sets[0][0] if case.data_sets else []
+    return tuple((n, tuple(a.shape)) for n, a in zip(names, first)
+                 if isinstance(a, np.ndarray) and a.ndim > 0)
+
+
+def _diff(got: np.ndarray, want: np.ndarray) -> str:
+    if got.shape != want.shape:
+        return f"shape {list(got.shape)} vs expected {list(want.shape)}"
+    d = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    return f"max abs diff {float(np.nanmax(d, initial=0.0)):.3g}"
+
+
+@functools.lru_cache(maxsize=1)
+def _cases_by_name() -> dict:
+    return {c.name: c for c in collect()}  # once per worker process: collecting takes seconds
+
+
+CASE_TIMEOUT_S = 600
+
+
+def _run_named(args: tuple[str, str]) -> CaseResult:
+    """Run one case in a forked child, so that a crash in the compiler bindings or a device
+    driver (it happens on lavapipe) costs one case, not the whole run."""
+    import os
+    import select
+    import signal
+
+    name, accel = args
+    case = _cases_by_name()[name]   # collected before the fork: the child inherits it
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_end)
+        try:
+            result = run_case(case, accel)
+            payload = json.dumps([result.name, result.status, result.detail, result.seconds])
+        except BaseException as e:  # noqa: BLE001
+            payload = json.dumps([name, "import error", f"{type(e).__name__}: {e}"[:200], 0.0])
+        os.write(write_end, payload.encode())
+        os._exit(0)
+    os.close(write_end)
+    data, deadline = b"", time.monotonic() + CASE_TIMEOUT_S
+    while True:
+        ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            break
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    if data:
+        n, st, detail, secs = json.loads(data)
+        return CaseResult(n, st, detail, secs)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        why = "timed out" if sig == signal.SIGKILL else f"crashed ({signal.Signals(sig).name})"
+        return CaseResult(name, "runtime error", why)
+    return CaseResult(name, "runtime error", f"exited with status {os.WEXITSTATUS(status)} and no result")
+
+
+def run(target: str, pattern: str | None = None, limit: int | None = None, workers: int = 2) -> dict:
+    accel = {"llvm-cpu": "none", "vulkan-spirv": "vulkan", "cuda": "cuda"}[target]
+    names = [c.name for c in collect(pattern, limit)]
+    with ProcessPoolExecutor(workers) as pool:
+        results = list(pool.map(_run_named, [(n, accel) for n in names], chunksize=4))
+    counts = Counter(r.status for r in results)
+    return {"target": target, "total": len(results), "counts": {c: counts.get(c, 0) for c in CATEGORIES},
+            "cases": [{"name": r.name, "status": r.status, "detail": r.detail, "seconds": round(r.seconds, 2)}
+                      for r in results]}
+
+
+def markdown(results: list[dict]) -> str:
+    """Summary of one or more targets' results: counts per category, pass rates, failures."""
+    from importlib.metadata import version
+
+    lines = ["# ONNX node conformance through aot", "",
+             f"onnx {version('onnx')}, iree-base-compiler {version('iree-base-compiler')}. "
+             "Regenerate with `make conformance` (full) or `aot conformance --target T`.", "",
+             "| target | cases | " + " | ".join(CATEGORIES) + " | pass / importable |",
+             "|---|---|" + "---|" * len(CATEGORIES) + "---|"]
+    for res in results:
+        c = res["counts"]
+        importable = res["total"] - c["unsupported"] - c["import error"]
+        lines.append(f"| {res['target']} | {res['total']} | " + " | ".join(str(c[k]) for k in CATEGORIES)
+                     + f" | {100 * c['pass'] / max(importable, 1):.1f}% |")
+    for res in results:
+        lines += ["", f"## Not passing on {res['target']}", ""]
+        for cat in CATEGORIES[1:]:
+            failed = [x for x in res["cases"] if x["status"] == cat]
+            if failed:
+                lines.append(f"### {cat} ({len(failed)})")
+                lines += [f"- `{x['name']}`: {x['detail']}".rstrip(": ") for x in failed]
+                lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write(results: dict, json_path: Path, markdown_path: Path | None = None) -> None:
+    """Write this target's JSON; regenerate the markdown from every target's JSON beside it."""
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    if markdown_path is not None:
+        runs = [json.loads(p.read_text()) for p in sorted(json_path.parent.glob("conformance-*.json"))]
+        markdown_path.write_text(markdown(runs))
