@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -93,3 +94,22 @@ def cpu_flags() -> list[str]:
     line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     have = set(line.partition(":")[2].split())
     return [f for f in _ISA_FLAGS if f in have]
+
+
+def amend(bundle: Path, per_region: dict[str, float], gate: dict[str, Any] | None,
+             verification: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Add measured times, a measured gate decision and the verification record to a published
+    bundle's manifest (atomic rename; the stub and runtime ignore these fields)."""
+    path = bundle / MANIFEST
+    data = json.loads(path.read_text())
+    for r in data["regions"]:
+        if r["name"] in per_region:
+            r["measured_us"] = round(per_region[r["name"]], 3)
+    if gate is not None:
+        data["partition"]["gate"] = gate
+    if verification is not None:
+        data["verification"] = verification
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+    os.replace(tmp, path)
+    return data

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from aot import manifest as mf
 from aot import runtime
@@ -26,22 +25,3 @@ def profile_bundle(bundle: Path, cache: Path, repeats: int = 20) -> tuple[float,
     tmp.write_text(json.dumps(known, indent=1))
     os.replace(tmp, store)
     return total, per_region
-
-
-def annotate(bundle: Path, per_region: dict[str, float], gate: dict[str, Any] | None,
-             verification: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write measured times, the measured gate decision and the verification record into the
-    bundle's manifest (atomically)."""
-    path = bundle / mf.MANIFEST
-    data = json.loads(path.read_text())
-    for r in data["regions"]:
-        if r["name"] in per_region:
-            r["measured_us"] = round(per_region[r["name"]], 3)
-    if gate is not None:
-        data["partition"]["gate"] = gate
-    if verification is not None:
-        data["verification"] = verification
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
-    os.replace(tmp, path)
-    return data

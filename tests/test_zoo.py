@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aot import zoo
+from aot.manifest import file_sha256
 from aot.errors import ModelError
 from aot.partition.support import Overrides
 from aot.pipeline import BuildOptions, build
@@ -63,6 +64,6 @@ def test_fetch_uses_the_cache_and_checks_hashes(tmp_path):
     entry = zoo.by_name("mtcnn-onet")
     first = zoo.fetch(entry)
     assert zoo.fetch(entry) == first  # cache hit
-    assert first.with_name(first.name + ".sha256").read_text().strip() == zoo._sha256(first)
+    assert first.with_name(first.name + ".sha256").read_text().strip() == file_sha256(first)
     with pytest.raises(ModelError, match="unknown zoo model 'nope'"):
         zoo.by_name("nope")
