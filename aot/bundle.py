@@ -62,6 +62,10 @@ def build_manifest(planned: "Planned", outlined: tuple[OutlinedRegion, ...], com
         "model": {"name": source.name, "sha256": source.sha256, "source": str(source.path), "opset": source.opset,
                   "folded_nodes": source.folded_nodes},
         "inputs": [_io(s) for s in source.inputs],
+        # Inputs baked in at build time: not stub arguments, but onnxruntime needs them for the
+        # original model, so golden checks read them from here.
+        "constant_inputs": [{"name": n, "dtype": v.dtype.name, "shape": list(v.shape), "value": v.tolist()}
+                            for n, v in source.constants],
         "outputs": [_io(s) for s in source.outputs],
         "weights": {"path": "weights.irpa", "scope": PARAMS_SCOPE, "sha256": weights_sha256},
         "regions": regions,

@@ -76,8 +76,18 @@ def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: l
     return tuple(diffs)
 
 
-def onnxruntime_outputs(model: Path, inputs: dict[str, np.ndarray], output_names: list[str]) -> list[np.ndarray]:
+def constant_inputs(manifest: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The inputs the bundle was built with baked in (the original model still takes them)."""
+    return {c["name"]: np.array(c["value"], dtype=c["dtype"]).reshape(c["shape"])
+            for c in manifest.get("constant_inputs", [])}
+
+
+def onnxruntime_outputs(model: Path, inputs: dict[str, np.ndarray], output_names: list[str],
+                        manifest: dict[str, Any] | None = None) -> list[np.ndarray]:
+    """onnxruntime's outputs for the original model; `manifest` supplies baked-in inputs."""
     import onnxruntime as ort
+
+    inputs = {**inputs, **constant_inputs(manifest or {})}
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -96,6 +106,6 @@ def check_bundle(bundle: Path, model: Path | None = None, seed: int = 0,
         actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
     finally:
         stub.close()
-    expected = onnxruntime_outputs(model, inputs, names)
+    expected = onnxruntime_outputs(model, inputs, names, data)
     regions = tuple(f"{r['name']}:{r['target']}" for r in data["regions"])
     return CheckResult(bundle, regions, compare(actual, expected, names))

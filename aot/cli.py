@@ -90,6 +90,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-cpu", default="host",
                    help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    p.add_argument("--const-input", action="append", default=[], metavar="NAME=VALUE",
+                   help="bake an input in as a constant (16000, 0,2 or @values.npy); branches and shapes "
+                        "it decides are folded away")
     p.add_argument("--min-compute", type=int, default=2,
                    help="accelerator regions with fewer compute nodes stay on the host")
     p.add_argument("--policy", choices=("greedy", "depth"), default="greedy",
@@ -118,13 +121,14 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
 
 
 def _build_options(args: argparse.Namespace):
-    from aot.load import parse_shape
+    from aot.load import parse_constant, parse_shape
     from aot.partition.support import Overrides, split_names
     from aot.pipeline import BuildOptions
 
     return BuildOptions(
         accel=args.accel, vulkan_target=args.vulkan_target, cuda_target=args.cuda_target, host_cpu=args.host_cpu,
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
+        constant_inputs=tuple((n, v.tolist()) for n, v in map(parse_constant, args.const_input)),
         policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
         cost_params=Path(args.cost_params) if args.cost_params else None,
         accel_compile_timeout=args.accel_compile_timeout, measure=getattr(args, "measure", False),
@@ -143,7 +147,7 @@ def _model_path(spec: str) -> Path:
 
 
 def _model_and_options(args: argparse.Namespace):
-    """Resolve zoo:NAME models and apply their recipe (static input shapes) unless overridden."""
+    """Resolve zoo:NAME models and apply their recipe (static shapes, constant inputs) unless overridden."""
     options = _build_options(args)
     if args.model.startswith("zoo:"):
         import dataclasses
@@ -151,9 +155,10 @@ def _model_and_options(args: argparse.Namespace):
         from aot import zoo
 
         entry = zoo.by_name(args.model[4:])
-        given = dict(options.input_shapes)
-        shapes = tuple((n, given.get(n, s)) for n, s in entry.input_shapes)
-        options = dataclasses.replace(options, input_shapes=shapes, name=options.name or entry.name)
+        options = dataclasses.replace(  # what the user gives wins over the recipe
+            options, name=options.name or entry.name,
+            input_shapes=tuple({**dict(entry.input_shapes), **dict(options.input_shapes)}.items()),
+            constant_inputs=tuple({**dict(entry.constants), **dict(options.constant_inputs)}.items()))
     return _model_path(args.model), options
 
 

@@ -56,8 +56,9 @@ def run_case(case, accel: str) -> CaseResult:
     try:
         model_path = scratch / "model.onnx"
         onnx.save(case.model, str(model_path))
+        baked = _constants_from_data(case)
         options = BuildOptions(accel=accel, min_compute=1, gate=False, verify=False, accel_compile_timeout=120,
-                               input_shapes=_shapes_from_data(case))
+                               input_shapes=_shapes_from_data(case, baked), constant_inputs=baked)
         try:
             result = build(model_path, scratch / "out", options)
         except ModelError as e:
@@ -67,11 +68,11 @@ def run_case(case, accel: str) -> CaseResult:
         except CompileError as e:
             return CaseResult(case.name, "compile error", e.stderr_tail[:200], time.perf_counter() - start)
         fallbacks = [r["name"] for r in result.bundle.manifest["regions"] if r["fallback"]]
-        names = [s["name"] for s in result.bundle.manifest["inputs"]]
+        names, skip = _input_names(case), dict(baked)
         try:
             with runtime.load(result.bundle.path) as session:
                 for inputs, expected in case.data_sets:
-                    outputs = session.run(dict(zip(names, inputs)))
+                    outputs = session.run({n: v for n, v in zip(names, inputs) if n not in skip})
                     for got, want in zip(outputs, expected):
                         want = np.asarray(want)
                         if got.shape != want.shape or not np.allclose(got.astype(np.float64), want.astype(np.float64),
@@ -88,14 +89,52 @@ def run_case(case, accel: str) -> CaseResult:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _shapes_from_data(case) -> tuple[tuple[str, tuple[int, ...]], ...]:
+# Operand slots that carry what other frameworks make attributes: axes, shapes, pads, sizes, k.
+# A deployment fixes these (`aot build --const-input`), and IREE's ONNX lowering needs them
+# constant for most ops (a runtime `axes` input makes ReduceSum illegal), so the harness bakes
+# them in, as it pins shapes, when every data set agrees on the value.
+SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
+    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
+                           "Unsqueeze", "Reshape", "Expand", "Tile", "TopK", "Split", "CumSum", "Trilu",
+                           "CenterCropPad", "OneHot", "Upsample")},
+    "Pad": (1, 2, 3), "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3), "ConstantOfShape": (0,),
+    "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "NonMaxSuppression": (2, 3, 4),
+    "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4),
+}
+
+
+def _input_names(case) -> list[str]:
+    inits = {t.name for t in case.model.graph.initializer}
+    return [v.name for v in case.model.graph.input if v.name not in inits]
+
+
+def _constants_from_data(case) -> tuple[tuple[str, np.ndarray], ...]:
+    """Inputs to bake in: those feeding a SHAPE_OPERANDS slot, and empty ones (CastLike's
+    ``like`` only carries a dtype), provided every data set gives them the same value."""
+    slots = {n.input[i] for n in case.model.graph.node for i in SHAPE_OPERANDS.get(n.op_type, ())
+             if i < len(n.input) and n.input[i]}
+    if not case.data_sets:
+        return ()
+    baked = []
+    for i, name in enumerate(_input_names(case)):
+        values = [d[0][i] if i < len(d[0]) else None for d in case.data_sets]
+        first = values[0]
+        if not isinstance(first, np.ndarray) or first.dtype == object:
+            continue
+        if (name in slots or first.size == 0) and all(
+                isinstance(v, np.ndarray) and v.shape == first.shape and np.array_equal(v, first) for v in values):
+            baked.append((name, first))
+    return tuple(baked)
+
+
+def _shapes_from_data(case, baked=()) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Pin each input to the shape of the case's first data set, as a user would with
     --input-shape; inputs that are not plain arrays (sequences, optionals) stay as they are."""
-    inits = {t.name for t in case.model.graph.initializer}
-    names = [v.name for v in case.model.graph.input if v.name not in inits]
+    skip = dict(baked)
     first = case.data_sets[0][0] if case.data_sets else []
-    return tuple((n, tuple(a.shape)) for n, a in zip(names, first)
-                 if isinstance(a, np.ndarray) and a.ndim > 0)
+    return tuple((n, tuple(a.shape)) for n, a in zip(_input_names(case), first)
+                 if isinstance(a, np.ndarray) and a.ndim > 0 and n not in skip)
 
 
 def _diff(got: np.ndarray, want: np.ndarray) -> str:

@@ -40,7 +40,7 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
             consts[name] = created[name] = value
     if not created:
         return model, 0
-    used = {i for n in kept for i in n.input}
+    used = _referenced(kept)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
@@ -50,6 +50,67 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
     del out.graph.value_info[:]
     out.graph.value_info.extend(keep_info)
     return out, len(g.node) - len(kept)
+
+
+def prune(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop initializers nothing reads (left behind by folding and branch inlining), and bypass
+    Identity nodes, which only rename values (inlined branches end in one per output)."""
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    alias = {n.output[0]: n.input[0] for n in g.node
+             if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and n.output[0] not in outputs}
+
+    def resolve(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    for n in g.node:
+        if n.output[:1] and n.output[0] in alias and n.op_type == "Identity":
+            continue
+        copied = onnx.NodeProto()
+        copied.CopyFrom(n)
+        copied.input[:] = [resolve(i) if i else i for i in n.input]
+        _rename_captures(copied, resolve)
+        out.graph.node.append(copied)
+    used = _referenced(out.graph.node) | outputs
+    keep = [t for t in out.graph.initializer if t.name in used]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(keep)
+    dropped = set(alias)
+    keep_info = [vi for vi in out.graph.value_info if vi.name not in dropped]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(keep_info)
+    return out
+
+
+def subgraphs(node: onnx.NodeProto):
+    """The graphs held by `node`'s attributes (If branches, Loop/Scan bodies)."""
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _rename_captures(node: onnx.NodeProto, resolve) -> None:
+    for sub in subgraphs(node):
+        for inner in sub.node:
+            inner.input[:] = [resolve(i) if i else i for i in inner.input]
+            _rename_captures(inner, resolve)
+
+
+def _referenced(nodes) -> set[str]:
+    """Names the nodes read, including captures inside their subgraphs (If/Loop bodies)."""
+    names: set[str] = set()
+    for n in nodes:
+        names.update(n.input)
+        for sub in subgraphs(n):
+            names |= _referenced(sub.node)
+    return names
 
 
 def _static_shapes(g: onnx.GraphProto) -> dict[str, tuple[int, ...]]:

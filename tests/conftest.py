@@ -78,7 +78,7 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
         actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
     finally:
         stub.close()
-    expected = check.onnxruntime_outputs(model_path, inputs, [o["name"] for o in data["outputs"]])
+    expected = check.onnxruntime_outputs(model_path, inputs, [o["name"] for o in data["outputs"]], data)
     for a, e, o in zip(actual, expected, data["outputs"]):
         assert a.dtype == e.dtype and a.shape == e.shape, o["name"]
         np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=o["name"])

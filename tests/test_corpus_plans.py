@@ -41,7 +41,7 @@ STRESS = Overrides(host_ops=frozenset({"Softmax", "MaxPool", "Flatten", "LayerNo
 @pytest.mark.parametrize("overrides", [Overrides(), STRESS], ids=["table", "stress"])
 def test_region_count_is_bounded_by_host_islands(name, policy, overrides):
     entry = zoo.by_name(name)
-    options = BuildOptions(input_shapes=entry.input_shapes, policy=policy, overrides=overrides, gate=False,
+    options = BuildOptions(**entry.recipe(), policy=policy, overrides=overrides, gate=False,
                            min_compute=1)
     planned = plan_model(zoo.fetch(entry), options, suggest=False)
     view, plan = planned.view, planned.plan

