@@ -71,7 +71,7 @@ def run_case(case, accel: str) -> CaseResult:
         names, skip = _input_names(case), dict(baked)
         try:
             with runtime.load(result.bundle.path) as session:
-                for inputs, expected in case.data_sets:
+                for inputs, expected in _data_sets(case):
                     outputs = session.run({n: v for n, v in zip(names, inputs) if n not in skip})
                     for got, want in zip(outputs, expected):
                         want = np.asarray(want)
@@ -104,6 +104,17 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
 }
 
 
+def _data_sets(case) -> list[tuple[list, list]]:
+    """The case's (inputs, outputs) with TensorProtos (how ONNX stores float8, int4, bfloat16
+    test data) turned into numpy arrays (ml_dtypes for the narrow floats)."""
+    from onnx import TensorProto, numpy_helper
+
+    def arr(v):
+        return numpy_helper.to_array(v) if isinstance(v, TensorProto) else v
+
+    return [([arr(v) for v in ins], [arr(v) for v in outs]) for ins, outs in case.data_sets]
+
+
 def _input_names(case) -> list[str]:
     inits = {t.name for t in case.model.graph.initializer}
     return [v.name for v in case.model.graph.input if v.name not in inits]
@@ -114,11 +125,12 @@ def _constants_from_data(case) -> tuple[tuple[str, np.ndarray], ...]:
     ``like`` only carries a dtype), provided every data set gives them the same value."""
     slots = {n.input[i] for n in case.model.graph.node for i in SHAPE_OPERANDS.get(n.op_type, ())
              if i < len(n.input) and n.input[i]}
-    if not case.data_sets:
+    sets = _data_sets(case)
+    if not sets:
         return ()
     baked = []
     for i, name in enumerate(_input_names(case)):
-        values = [d[0][i] if i < len(d[0]) else None for d in case.data_sets]
+        values = [d[0][i] if i < len(d[0]) else None for d in sets]
         first = values[0]
         if not isinstance(first, np.ndarray) or first.dtype == object:
             continue
@@ -132,7 +144,8 @@ def _shapes_from_data(case, baked=()) -> tuple[tuple[str, tuple[int, ...]], ...]
     """Pin each input to the shape of the case's first data set, as a user would with
     --input-shape; inputs that are not plain arrays (sequences, optionals) stay as they are."""
     skip = dict(baked)
-    first = case.data_sets[0][0] if case.data_sets else []
+    sets = _data_sets(case)
+    first = sets[0][0] if sets else []
     return tuple((n, tuple(a.shape)) for n, a in zip(_input_names(case), first)
                  if isinstance(a, np.ndarray) and a.ndim > 0 and n not in skip)
 
@@ -165,6 +178,7 @@ def _run_named(args: tuple[str, str]) -> CaseResult:
     pid = os.fork()
     if pid == 0:  # child
         os.close(read_end)
+        os.setsid()  # its own process group, so a timeout kills the iree-compile it started too
         try:
             result = run_case(case, accel)
             payload = json.dumps([result.name, result.status, result.detail, result.seconds])
@@ -177,7 +191,10 @@ def _run_named(args: tuple[str, str]) -> CaseResult:
     while True:
         ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # the child has not made its group yet
+                os.kill(pid, signal.SIGKILL)
             break
         chunk = os.read(read_end, 65536)
         if not chunk:

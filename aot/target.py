@@ -51,14 +51,18 @@ class Target:
         if self.backend == "llvm-cpu":
             return ("--iree-hal-target-device=local",
                     "--iree-hal-local-target-device-backends=llvm-cpu",
-                    f"--iree-llvmcpu-target-cpu={self.arch}")
+                    f"--iree-llvmcpu-target-cpu={self.arch}",
+                    # IREE demotes f64 to f32 by default, so a float64 model would return f32
+                    # bytes where its manifest promises f64; CPUs and CUDA compute f64 natively.
+                    "--iree-input-demote-f64-to-f32=false")
         if self.backend == "vulkan-spirv":
             # Mappable results let the host read Vulkan outputs without the 4096-byte
             # minImportedHostPointerAlignment trap (DESIGN §3).
             return ("--iree-hal-target-device=vulkan",
                     f"--iree-vulkan-target={self.arch}",
                     "--iree-hal-external-resources-mappable")
-        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}")
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}",
+                "--iree-input-demote-f64-to-f32=false")
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.arch}"

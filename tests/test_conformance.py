@@ -8,8 +8,11 @@ from pathlib import Path
 
 from aot import conformance
 
-SUBSET = r"^test_(abs|add|relu|sigmoid|tanh|matmul|gemm|conv|softmax|transpose|concat|reshape|topk|where|gather)(_|$)"
-EXPECTED_PASS = 93  # of 96 cases; the full llvm-cpu run agrees (test below)
+# reduce_sum / unsqueeze take axes as an input and castlike_FLOAT_to_DOUBLE an empty `like`:
+# they pass only with the harness's constant-input baking and f64 kept as f64.
+SUBSET = (r"^test_(abs|add|relu|sigmoid|tanh|matmul|gemm|conv|softmax|transpose|concat|reshape|topk|where|gather"
+          r"|reduce_sum|unsqueeze|castlike_FLOAT_to_DOUBLE)(_|$)")
+EXPECTED_PASS = 133  # of 135 cases; the full llvm-cpu run agrees (test below)
 
 
 def test_pinned_subset_pass_count():

@@ -50,10 +50,14 @@ def corpus_bundle(tmp_path_factory):
 
 
 def golden_model(name: str, result):
+    """Golden-check a corpus bundle; print its row of the corpus table (`pytest -s` shows it)."""
     entry = zoo.by_name(name)
     path = zoo.fetch(entry)
     rtol, atol = TOLERANCE.get(name, (RTOL, ATOL))
-    return golden(result.bundle.path, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol)
+    errors = golden(result.bundle.path, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol)
+    per_device = {t: targets(result).count(t) for t in dict.fromkeys(targets(result))}
+    print(f"\nCORPUS | {name} | {' + '.join(f'{n} {t}' for t, n in per_device.items())} | "
+          + ", ".join(f"{k} {v:.2g}" for k, v in errors.items()) + " |")
 
 
 def targets(result) -> list[str]:
