@@ -96,7 +96,9 @@ def expand_reflect_pad(model: onnx.ModelProto) -> int:
             if before:
                 parts.insert(0, _reversed_slice(model, nodes, f"{node.name}/ax{axis}/front", current, axis, before, 0))
             if after:
-                parts.append(_reversed_slice(model, nodes, f"{node.name}/ax{axis}/back", current, axis, n - 2, n - 2 - after))
+                # An end of -1 would mean "the last element" to Slice; -(n+1) means "before the first".
+                end = n - 2 - after if n - 2 - after >= 0 else -(n + 1)
+                parts.append(_reversed_slice(model, nodes, f"{node.name}/ax{axis}/back", current, axis, n - 2, end))
             out = node.output[0] if k == len(axes) - 1 else f"{node.name}/ax{axis}/out"
             nodes.append(onnx.helper.make_node("Concat", parts, [out], name=f"{node.name}/ax{axis}", axis=axis))
             current = out
