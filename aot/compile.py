@@ -43,9 +43,9 @@ def iree_compile_path() -> str:
     return binaries.find_tool("iree-compile")
 
 
-def compile_argv(tool: str, mlir: Path, out: Path, target: Target) -> list[str]:
+def compile_argv(tool: str, mlir: Path, out: Path, target: Target, keep_f64: bool = False) -> list[str]:
     """The exact command line for one region (pure: easy to test and to print as a repro)."""
-    return [tool, str(mlir), *target.compile_flags(), "-o", str(out)]
+    return [tool, str(mlir), *target.compile_flags(keep_f64), "-o", str(out)]
 
 
 def compiler_version() -> str:
@@ -80,7 +80,8 @@ def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: Ta
 
 def _compile_one(tool: str, job: CompileJob, cache: Path, timeout: float = COMPILE_TIMEOUT_S) -> CompiledRegion:
     text = job.mlir.read_bytes()
-    key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(job.target.compile_flags()).encode(),
+    keep_f64 = b",f64>" in text  # a float64 tensor type in the region (see Target.compile_flags)
+    key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(job.target.compile_flags(keep_f64)).encode(),
                                      compiler_version().encode()])).hexdigest()[:32]
     out = cache / f"{key}.vmfb"
     if out.exists():
@@ -88,7 +89,7 @@ def _compile_one(tool: str, job: CompileJob, cache: Path, timeout: float = COMPI
     # iree-compile -o is not atomic (a failed run deletes the old file, concurrent runs can swap
     # files): compile to a private temp name and rename into place only on success.
     tmp = cache / f"{key}.{os.getpid()}.{job.region}.tmp"
-    argv = compile_argv(tool, job.mlir, tmp, job.target)
+    argv = compile_argv(tool, job.mlir, tmp, job.target, keep_f64)
     start = time.perf_counter()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)

@@ -47,22 +47,23 @@ class Target:
     def is_host(self) -> bool:
         return self.backend == "llvm-cpu"
 
-    def compile_flags(self) -> tuple[str, ...]:
+    def compile_flags(self, keep_f64: bool = False) -> tuple[str, ...]:
+        """`keep_f64`: the region has float64 tensors. IREE demotes f64 to f32 by default, so such a
+        region would return f32 bytes where the manifest promises f64; CPUs and CUDA compute f64
+        natively. Only then: without demotion, the f64 scalars IREE's torch lowering makes for
+        other models (MTCNN) do not legalize on the host VM."""
+        f64 = ("--iree-input-demote-f64-to-f32=false",) if keep_f64 else ()
         if self.backend == "llvm-cpu":
             return ("--iree-hal-target-device=local",
                     "--iree-hal-local-target-device-backends=llvm-cpu",
-                    f"--iree-llvmcpu-target-cpu={self.arch}",
-                    # IREE demotes f64 to f32 by default, so a float64 model would return f32
-                    # bytes where its manifest promises f64; CPUs and CUDA compute f64 natively.
-                    "--iree-input-demote-f64-to-f32=false")
+                    f"--iree-llvmcpu-target-cpu={self.arch}", *f64)
         if self.backend == "vulkan-spirv":
             # Mappable results let the host read Vulkan outputs without the 4096-byte
             # minImportedHostPointerAlignment trap (DESIGN §3).
             return ("--iree-hal-target-device=vulkan",
                     f"--iree-vulkan-target={self.arch}",
                     "--iree-hal-external-resources-mappable")
-        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}",
-                "--iree-input-demote-f64-to-f32=false")
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *f64)
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.arch}"
