@@ -127,7 +127,7 @@ def test_host_compile_failure_is_a_compile_error_and_keeps_the_old_bundle(exampl
     out = tmp_path / "keep"
     build(example_model, out, BuildOptions(accel="none"))
     before = (out / "bundle" / "manifest.json").read_bytes()
-    monkeypatch.setattr(Target, "compile_flags", lambda self: ("--iree-hal-target-device=no-such-device",))
+    monkeypatch.setattr(Target, "compile_flags", lambda self, keep_f64=False: ("--iree-hal-target-device=no-such-device",))
     monkeypatch.setattr("aot.compile.compiler_version", lambda: "force-a-cache-miss")
     with pytest.raises(CompileError) as info:
         build(example_model, out, BuildOptions(accel="none"))
