@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from aot.fold import subgraphs
+from aot.fold import subgraphs, with_nodes
 
 
 def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
@@ -23,9 +23,7 @@ def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     if not chosen:
         return model, 0
     taken = _all_names(g)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
+    out = with_nodes(model, [])
     for node in g.node:
         if node not in chosen:
             out.graph.node.append(node)

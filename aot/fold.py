@@ -41,15 +41,22 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
     if not created:
         return model, 0
     used = _referenced(kept)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(kept)
+    out = with_nodes(model, kept)
     out.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in created.items() if k in used)
     keep_info = [vi for vi in out.graph.value_info if vi.name not in created]
     del out.graph.value_info[:]
     out.graph.value_info.extend(keep_info)
     return out, len(g.node) - len(kept)
+
+
+def with_nodes(model: onnx.ModelProto, nodes) -> onnx.ModelProto:
+    """A copy of `model` whose graph holds `nodes` instead of its own (rewrites never mutate
+    the model they are given)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
 
 
 def prune(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -65,17 +72,10 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
             name = alias[name]
         return name
 
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    for n in g.node:
-        if n.output[:1] and n.output[0] in alias and n.op_type == "Identity":
-            continue
-        copied = onnx.NodeProto()
-        copied.CopyFrom(n)
-        copied.input[:] = [resolve(i) if i else i for i in n.input]
-        _rename_captures(copied, resolve)
-        out.graph.node.append(copied)
+    out = with_nodes(model, [n for n in g.node if not (n.op_type == "Identity" and n.output[0] in alias)])
+    for n in out.graph.node:  # the copies: rewire readers of a bypassed Identity to its input
+        n.input[:] = [resolve(i) if i else i for i in n.input]
+        _rename_captures(n, resolve)
     used = _referenced(out.graph.node) | outputs
     keep = [t for t in out.graph.initializer if t.name in used]
     del out.graph.initializer[:]
