@@ -13,6 +13,8 @@ _BACKENDS = {
     "vulkan-spirv": ("vulkan", "llvmpipe"),
     "cuda": ("cuda", "sm_80"),
 }
+# Up to this many bytes of load-time constants per expression (see Target.compile_flags).
+VULKAN_HOIST_LIMIT = 256 << 20
 _ALIASES = {"cpu": "llvm-cpu", "host": "llvm-cpu", "vulkan": "vulkan-spirv", "llvm-cpu": "llvm-cpu",
             "vulkan-spirv": "vulkan-spirv", "cuda": "cuda"}
 
@@ -59,10 +61,17 @@ class Target:
                     f"--iree-llvmcpu-target-cpu={self.arch}", *f64)
         if self.backend == "vulkan-spirv":
             # Mappable results let the host read Vulkan outputs without the 4096-byte
-            # minImportedHostPointerAlignment trap (DESIGN §3).
+            # minImportedHostPointerAlignment trap (DESIGN §3). The hoisting threshold: IREE 3.13
+            # hoists a constant expression such as dequantizing int8 weights (i8 -> f32, 4x the
+            # bytes) into a load-time initializer only if it grows the module's constants by less
+            # than 1 MiB; larger ones stay fused into their matmul's dispatch, and the SPIR-V
+            # pipeline needs 6.5 minutes to bufferize one such dispatch (MiniLM's 384x1536 FFN
+            # weights) against 0.6 s for the plain f32 matmul. Hoisting them makes MiniLM's whole
+            # Vulkan compile 6.5 s; the price is device memory for the f32 copies, at load time.
             return ("--iree-hal-target-device=vulkan",
                     f"--iree-vulkan-target={self.arch}",
-                    "--iree-hal-external-resources-mappable")
+                    "--iree-hal-external-resources-mappable",
+                    f"--iree-opt-const-expr-max-size-increase-threshold={VULKAN_HOIST_LIMIT}")
         return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *f64)
 
     def __str__(self) -> str:
