@@ -8,17 +8,19 @@ partitioner and IREE see plain dataflow instead of a region op they cannot cut o
 
 from __future__ import annotations
 
+import math
+
 import onnx
 from onnx import numpy_helper
 
-from aot.fold import subgraphs, with_nodes
+from aot.fold import rename_values, subgraphs, with_nodes
 
 
 def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """Return (model with every constant-condition ``If`` of the main graph inlined, count)."""
     g = model.graph
     conditions = {t.name: bool(numpy_helper.to_array(t).reshape(-1)[0]) for t in g.initializer
-                  if t.data_type == onnx.TensorProto.BOOL and _numel(t) == 1}
+                  if t.data_type == onnx.TensorProto.BOOL and math.prod(t.dims) == 1}
     chosen = [n for n in g.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input[0] in conditions]
     if not chosen:
         return model, 0
@@ -39,19 +41,12 @@ def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
             copied = onnx.NodeProto()
             copied.CopyFrom(inner)
             copied.name = rename[f"node#{i}"]
-            _rename(copied, rename)
+            rename_values(copied, lambda v: rename.get(v, v))
             out.graph.node.append(copied)
         for outer, inner_out in zip(node.output, branch.output):
             out.graph.node.append(onnx.helper.make_node(
                 "Identity", [rename.get(inner_out.name, inner_out.name)], [outer], name=f"{node.name}/{outer}"))
     return out, len(chosen)
-
-
-def _numel(t: onnx.TensorProto) -> int:
-    n = 1
-    for d in t.dims:
-        n *= d
-    return n
 
 
 def _attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
@@ -82,15 +77,3 @@ def _fresh_names(branch: onnx.GraphProto, prefix: str, taken: set[str]) -> dict[
         taken.add(name)
         mapping[key] = name
     return mapping
-
-
-def _rename(node: onnx.NodeProto, mapping: dict[str, str]) -> None:
-    """Rename value references in `node` and in every subgraph it holds (captures included;
-    ONNX forbids shadowing, so a name means the same value at every depth)."""
-    node.input[:] = [mapping.get(i, i) for i in node.input]
-    node.output[:] = [mapping.get(o, o) for o in node.output]
-    for sub in subgraphs(node):
-        for inner in sub.node:
-            _rename(inner, mapping)
-        for vi in (*sub.output, *sub.value_info):
-            vi.name = mapping.get(vi.name, vi.name)

@@ -56,9 +56,10 @@ def run_case(case, accel: str) -> CaseResult:
     try:
         model_path = scratch / "model.onnx"
         onnx.save(case.model, str(model_path))
-        baked = _constants_from_data(case)
+        sets = _data_sets(case)  # converted once: baking, shapes and the run all read them
+        baked = _constants_from_data(case, sets)
         options = BuildOptions(accel=accel, min_compute=1, gate=False, verify=False, accel_compile_timeout=120,
-                               input_shapes=_shapes_from_data(case, baked), constant_inputs=baked)
+                               input_shapes=_shapes_from_data(case, sets, baked), constant_inputs=baked)
         try:
             result = build(model_path, scratch / "out", options)
         except ModelError as e:
@@ -71,7 +72,7 @@ def run_case(case, accel: str) -> CaseResult:
         names, skip = _input_names(case), dict(baked)
         try:
             with runtime.load(result.bundle.path) as session:
-                for inputs, expected in _data_sets(case):
+                for inputs, expected in sets:
                     outputs = session.run({n: v for n, v in zip(names, inputs) if n not in skip})
                     for got, want in zip(outputs, expected):
                         want = np.asarray(want)
@@ -120,12 +121,11 @@ def _input_names(case) -> list[str]:
     return [v.name for v in case.model.graph.input if v.name not in inits]
 
 
-def _constants_from_data(case) -> tuple[tuple[str, np.ndarray], ...]:
+def _constants_from_data(case, sets: list) -> tuple[tuple[str, np.ndarray], ...]:
     """Inputs to bake in: those feeding a SHAPE_OPERANDS slot, and empty ones (CastLike's
     ``like`` only carries a dtype), provided every data set gives them the same value."""
     slots = {n.input[i] for n in case.model.graph.node for i in SHAPE_OPERANDS.get(n.op_type, ())
              if i < len(n.input) and n.input[i]}
-    sets = _data_sets(case)
     if not sets:
         return ()
     baked = []
@@ -140,11 +140,10 @@ def _constants_from_data(case) -> tuple[tuple[str, np.ndarray], ...]:
     return tuple(baked)
 
 
-def _shapes_from_data(case, baked=()) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def _shapes_from_data(case, sets: list, baked=()) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Pin each input to the shape of the case's first data set, as a user would with
     --input-shape; inputs that are not plain arrays (sequences, optionals) stay as they are."""
     skip = dict(baked)
-    sets = _data_sets(case)
     first = sets[0][0] if sets else []
     return tuple((n, tuple(a.shape)) for n, a in zip(_input_names(case), first)
                  if isinstance(a, np.ndarray) and a.ndim > 0 and n not in skip)

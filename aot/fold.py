@@ -25,7 +25,7 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
     """Return (model with foldable nodes replaced by initializers, number of nodes folded)."""
     g = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
-    shapes = _static_shapes(g)
+    shapes = static_shapes(g)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer
                                      if t.data_location != onnx.TensorProto.EXTERNAL}
     graph_outputs = {o.name for o in g.output}
@@ -74,8 +74,7 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
 
     out = with_nodes(model, [n for n in g.node if not (n.op_type == "Identity" and n.output[0] in alias)])
     for n in out.graph.node:  # the copies: rewire readers of a bypassed Identity to its input
-        n.input[:] = [resolve(i) if i else i for i in n.input]
-        _rename_captures(n, resolve)
+        rename_values(n, resolve)
     used = _referenced(out.graph.node) | outputs
     keep = [t for t in out.graph.initializer if t.name in used]
     del out.graph.initializer[:]
@@ -96,11 +95,17 @@ def subgraphs(node: onnx.NodeProto):
             yield from a.graphs
 
 
-def _rename_captures(node: onnx.NodeProto, resolve) -> None:
+def rename_values(node: onnx.NodeProto, rename) -> None:
+    """Apply `rename` (name -> name) to every value `node` reads or writes, in place, and in every
+    subgraph it holds, captures included (ONNX forbids shadowing, so a name means the same value
+    at every depth). Empty names (omitted optional inputs) stay empty."""
+    node.input[:] = [rename(i) if i else i for i in node.input]
+    node.output[:] = [rename(o) if o else o for o in node.output]
     for sub in subgraphs(node):
         for inner in sub.node:
-            inner.input[:] = [resolve(i) if i else i for i in inner.input]
-            _rename_captures(inner, resolve)
+            rename_values(inner, rename)
+        for vi in (*sub.output, *sub.value_info):
+            vi.name = rename(vi.name)
 
 
 def _referenced(nodes) -> set[str]:
@@ -113,7 +118,8 @@ def _referenced(nodes) -> set[str]:
     return names
 
 
-def _static_shapes(g: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
+def static_shapes(g: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
+    """Shapes of the graph's values whose every dimension is known (inputs, inferred, outputs)."""
     shapes = {}
     for vi in (*g.input, *g.value_info, *g.output):
         t = vi.type.tensor_type

@@ -10,6 +10,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from aot.fold import static_shapes
+
 
 def trim_conv_end_padding(model: onnx.ModelProto) -> int:
     """Drop the end padding a strided Conv never reads (in place); return how many axes changed.
@@ -21,8 +23,7 @@ def trim_conv_end_padding(model: onnx.ModelProto) -> int:
     output, so removing them gives the same values and a shape IREE handles. Where the unread
     tail is longer than the end padding, a Slice drops the unread input elements too.
     """
-    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-              for vi in (*model.graph.input, *model.graph.value_info)}
+    shapes = {name: list(dims) for name, dims in static_shapes(model.graph).items()}
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     changed = 0
     new_nodes: list[onnx.NodeProto] = []
@@ -76,8 +77,7 @@ def expand_reflect_pad(model: onnx.ModelProto) -> int:
     fail too, 8, 9 and 17 do not). A reflected border is the input read backwards, ``x[p:0:-1]``
     in front and ``x[-2:-2-p:-1]`` behind, which IREE compiles for every size.
     """
-    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-              for vi in (*model.graph.input, *model.graph.value_info)}
+    shapes = {name: list(dims) for name, dims in static_shapes(model.graph).items()}
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     rewritten, nodes = 0, []
     for node in model.graph.node:

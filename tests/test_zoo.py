@@ -176,7 +176,7 @@ def test_ocr_detector_marks_each_text_line_and_not_the_margins(corpus_bundle):
 def test_vad_streams_with_state_and_finds_the_speech(accel, corpus_bundle):
     import onnxruntime as ort
 
-    result = corpus_bundle("silero-vad", accel, **({"gate": False} if accel == "vulkan" else {}))
+    result = corpus_bundle("silero-vad", accel, **(LAVAPIPE["silero-vad"] if accel == "vulkan" else {}))
     stub = check.load_stub_class(result.bundle.path)()
     audio, label = samples.vad_audio()
     sess = ort.InferenceSession(str(zoo.fetch(zoo.by_name("silero-vad"))), providers=["CPUExecutionProvider"])
