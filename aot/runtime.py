@@ -17,6 +17,7 @@ from aot import manifest as mf
 from aot.errors import BundleError, DeviceError, RuntimeInputError
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
+LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
 
 
 def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True) -> "Session":
@@ -55,19 +56,12 @@ class Session:
         by_driver: dict[str, list[dict[str, Any]]] = {}
         for r in data["regions"]:
             by_driver.setdefault(r["driver"], []).append(r)
+        self.load_retries = 0
         try:
             for driver, regions in by_driver.items():
-                device = _open_device(rt, driver, regions, check=check_device,
-                                      manifest_flags=data.get("build_machine", {}).get("cpu_flags", []))
-                self._devices[driver] = device
-                modules = [rt.create_hal_module(self._instance, device)]
-                if params is not None:
-                    provider = params.create_provider(scope=data["weights"]["scope"])
-                    modules.append(rt.create_io_parameters_module(self._instance, provider))
-                loaded = [rt.VmModule.mmap(self._instance, str(mf.safe_member(bundle, r["module"]))) for r in regions]
+                device, ctx, loaded = self._load_driver(rt, bundle, driver, regions, params, check_device)
+                self._devices[driver], self._contexts[driver] = device, ctx
                 self._modules += loaded
-                ctx = rt.VmContext(self._instance, modules=[*modules, *loaded])
-                self._contexts[driver] = ctx
                 for r, m in zip(regions, loaded):
                     fn = m.lookup_function(r["function"])
                     if fn is None:
@@ -77,6 +71,35 @@ class Session:
             self.close()
             raise
         _LIVE.add(self)
+
+    def _load_driver(self, rt: Any, bundle: Path, driver: str, regions: list[dict[str, Any]], params: Any,
+                     check_device: bool) -> tuple[Any, Any, list[Any]]:
+        """Open ``driver``'s device and create its VM context, which runs the modules' initializers
+        (weight uploads, hoisted constants). IREE 3.13 on lavapipe fails such an initializer now
+        and then (PP-OCR's recognizer: about 1 load in 25, DATA_LOSS from hal.fence.await) and the
+        next attempt on a fresh device succeeds, so a failed context is retried on a new device;
+        one that keeps failing is a DeviceError naming the regions."""
+        error = ""
+        for attempt in range(LOAD_ATTEMPTS):
+            device = _open_device(rt, driver, regions, check=check_device,
+                                  manifest_flags=self.manifest.get("build_machine", {}).get("cpu_flags", []))
+            modules = [rt.create_hal_module(self._instance, device)]
+            if params is not None:
+                provider = params.create_provider(scope=self.manifest["weights"]["scope"])
+                modules.append(rt.create_io_parameters_module(self._instance, provider))
+            loaded = [rt.VmModule.mmap(self._instance, str(mf.safe_member(bundle, r["module"]))) for r in regions]
+            try:
+                return device, rt.VmContext(self._instance, modules=[*modules, *loaded]), loaded
+            except RuntimeError as e:
+                error = str(e).splitlines()[0]
+                self.load_retries += 1
+                # Drop the context's pieces before their device (the teardown order close() keeps).
+                modules.clear()
+                loaded.clear()
+                del device
+        raise DeviceError(f"loading region(s) {', '.join(r['name'] for r in regions)} on {driver!r} failed "
+                          f"{LOAD_ATTEMPTS} times while running their initializers: {error}",
+                          hint="run `aot check` on the bundle; rebuild with --accel none to rule out the accelerator")
 
     def __call__(self, *args: np.ndarray, **kwargs: np.ndarray) -> tuple[np.ndarray, ...]:
         if len(args) > len(self._inputs):

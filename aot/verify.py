@@ -13,6 +13,7 @@ import onnx
 
 from aot import manifest as mf
 from aot import runtime
+from aot.errors import DeviceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +64,14 @@ def verify_bundle(bundle: Path, model: onnx.ModelProto, inputs: dict[str, np.nda
     ref = reference_values(model, inputs)
     ref.update(inputs)
     checks = []
-    with runtime.load(bundle, check_device=False) as session:
-        for r in data["regions"]:
-            if r["target"] == "llvm-cpu":
-                continue
+    accel = [r for r in data["regions"] if r["target"] != "llvm-cpu"]
+    try:
+        session = runtime.load(bundle, check_device=False)
+    except DeviceError as e:
+        # Its initializers never ran through: no region of the bundle can be trusted on the device.
+        return tuple(RegionCheck(r["name"], False, None, f"DeviceError: {e.message[:300]}") for r in accel)
+    with session:
+        for r in accel:
             try:
                 outs = session.run_region(r["name"], [ref[v] for v in r["inputs"]])
             except Exception as e:  # a region that cannot run is as untrustworthy as a wrong one

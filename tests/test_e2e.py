@@ -261,6 +261,65 @@ def test_without_verification_the_runtime_refuses_the_mismatched_module(example_
         runtime.load(result.bundle.path)
 
 
+def _failing_contexts(monkeypatch, failures: int) -> list[int]:
+    """Make the first ``failures`` VM contexts fail the way lavapipe's initializers sometimes do."""
+    import iree.runtime as rt
+
+    real, calls = rt.VmContext, []
+
+    def context(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= failures:
+            raise RuntimeError("Error creating vm context with modules: DATA_LOSS; "
+                               "while invoking native function hal.fence.await")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rt, "VmContext", context)
+    return calls
+
+
+def test_a_context_whose_initializers_fail_once_is_retried_on_a_fresh_device(host_bundle, example_model, monkeypatch):
+    calls = _failing_contexts(monkeypatch, failures=1)
+    data = host_bundle.bundle.manifest
+    inputs = check.random_inputs(data["inputs"], 0)
+    with runtime.load(host_bundle.bundle.path) as session:
+        actual = session.run(inputs)
+    assert session.load_retries == 1 and len(calls) == 2
+    expected = check.onnxruntime_outputs(example_model, inputs, [o["name"] for o in data["outputs"]], data)
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, rtol=RTOL, atol=ATOL)
+
+
+def test_a_context_that_keeps_failing_is_a_device_error_naming_the_regions(host_bundle, monkeypatch):
+    calls = _failing_contexts(monkeypatch, failures=runtime.LOAD_ATTEMPTS)
+    with pytest.raises(DeviceError, match=r"region\(s\) r0 on 'local-task' failed 3 times .*DATA_LOSS"):
+        runtime.load(host_bundle.bundle.path)
+    assert len(calls) == runtime.LOAD_ATTEMPTS
+
+
+def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_model, tmp_path, monkeypatch):
+    """A bundle whose accelerator context cannot be created is not shipped: its regions move to the
+    host like regions that run wrong, and the record says why."""
+    from aot import verify
+
+    real_load, loads = runtime.load, []
+
+    def load_failing_first(bundle, **kwargs):
+        loads.append(bundle)
+        if len(loads) == 1:
+            raise DeviceError("loading region(s) r0 on 'vulkan' failed 3 times while running their initializers: "
+                              "DATA_LOSS")
+        return real_load(bundle, **kwargs)
+
+    monkeypatch.setattr(verify.runtime, "load", load_failing_first)
+    result = build(example_model, tmp_path / "lost", BuildOptions(accel="vulkan"))
+    moved = result.bundle.manifest["verification"]["moved_to_host"]
+    assert [(c["region"], c["max_abs_diff"]) for c in moved] == [("r0", None)]
+    assert "initializers" in moved[0]["error"]
+    assert {r["target"] for r in result.bundle.manifest["regions"]} == {"llvm-cpu"}
+    golden(result.bundle.path, example_model)
+
+
 def test_a_good_build_records_its_verification(vulkan_bundle):
     checked = vulkan_bundle.bundle.manifest["verification"]["checked"]
     assert [(c["region"], c["ok"]) for c in checked] == [("r0", True)]
