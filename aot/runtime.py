@@ -76,11 +76,11 @@ class Session:
                      check_device: bool) -> tuple[Any, Any, list[Any]]:
         """Open ``driver``'s device and create its VM context, which runs the modules' initializers
         (weight uploads, hoisted constants). IREE 3.13 on lavapipe fails such an initializer now
-        and then (PP-OCR's recognizer: about 1 load in 25, DATA_LOSS from hal.fence.await) and the
+        and then (PP-OCR's recognizer: about 1 load in 30, DATA_LOSS from hal.fence.await) and the
         next attempt on a fresh device succeeds, so a failed context is retried on a new device;
         one that keeps failing is a DeviceError naming the regions."""
         error = ""
-        for attempt in range(LOAD_ATTEMPTS):
+        for _ in range(LOAD_ATTEMPTS):
             device = _open_device(rt, driver, regions, check=check_device,
                                   manifest_flags=self.manifest.get("build_machine", {}).get("cpu_flags", []))
             modules = [rt.create_hal_module(self._instance, device)]
