@@ -121,7 +121,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
 
 
 def _build_options(args: argparse.Namespace):
-    from aot.load import parse_constant, parse_shape
+    from aot.frontend.load import parse_constant, parse_shape
     from aot.partition.support import Overrides, split_names
     from aot.pipeline import BuildOptions
 
@@ -140,7 +140,7 @@ def _build_options(args: argparse.Namespace):
 
 def _model_path(spec: str) -> Path:
     if spec.startswith("zoo:"):
-        from aot import zoo
+        from aot.tools import zoo
 
         return zoo.resolve(spec)
     return Path(spec)
@@ -152,7 +152,7 @@ def _model_and_options(args: argparse.Namespace):
     if args.model.startswith("zoo:"):
         import dataclasses
 
-        from aot import zoo
+        from aot.tools import zoo
 
         entry = zoo.by_name(args.model[4:])
         options = dataclasses.replace(  # what the user gives wins over the recipe
@@ -241,7 +241,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         outputs = session.run(inputs)
         names = [o["name"] for o in session.manifest["outputs"]]
     if args.output_dir:
-        from aot.names import file_name
+        from aot.bundle.names import file_name
 
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -257,7 +257,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from aot import manifest, report
+    from aot.runtime import manifest
+    from aot import report
 
     bundle = Path(args.bundle)
     data = manifest.read(bundle)
@@ -269,7 +270,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from aot import check
+    from aot.checks import golden as check
 
     result = check.check_bundle(Path(args.bundle), Path(args.model) if args.model else None, seed=args.seed)
     print(result.summary())
@@ -280,7 +281,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from aot import bench
+    from aot.tools import bench
 
     model, options = _model_and_options(args)
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
@@ -289,7 +290,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
-    from aot import conformance
+    from aot.tools import conformance
 
     results = conformance.run(args.target, args.filter, args.limit, args.workers)
     out = Path(args.output or f"docs/conformance-{args.target}.json")
@@ -301,7 +302,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_example(args: argparse.Namespace) -> int:
-    from aot import examples
+    from aot.tools import examples
 
     print(examples.write(Path(args.output)))
     return 0

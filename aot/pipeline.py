@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from aot import load as load_mod
-from aot.bundle import Bundle, write_bundle
-from aot.compile import CompileJob, compile_all
-from aot.graph import GraphView
-from aot.importer import import_model
-from aot.outline import outline
+from aot.frontend import load as load_mod
+from aot.bundle.write import Bundle, write_bundle
+from aot.lower.compile import CompileJob, compile_all
+from aot.frontend.graph import GraphView
+from aot.lower.importer import import_model
+from aot.lower.outline import outline
 from aot.partition import Plan, make_plan, validate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
 from aot.partition.support import ACCEL, Coverage, Overrides, SupportTable, coverage
 from aot.target import Target, accel_target
-from aot.verify import device_present
+from aot.checks.verify import device_present
 from aot.workspace import Workspace
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +140,9 @@ def _verified(model: Path, ws: Workspace, options: BuildOptions, planned: Planne
               progress: Callable[[str], None], moved: tuple[dict, ...] = ()) -> BuildResult:
     """Verify accelerator regions on their device; move failures to the host and rebuild until
     every remaining accelerator region matches onnxruntime."""
-    from aot import manifest as mf, verify
-    from aot.check import random_inputs
+    from aot.runtime import manifest as mf
+    from aot.checks import verify
+    from aot.checks.golden import random_inputs
 
     checks = verify.verify_bundle(result.bundle.path, planned.source.model,
                                   random_inputs(result.bundle.manifest["inputs"], seed=0))
@@ -171,7 +172,8 @@ def _verified(model: Path, ws: Workspace, options: BuildOptions, planned: Planne
 def _measured_gate(model: Path, ws: Workspace, options: BuildOptions, result: BuildResult,
                    progress: Callable[[str], None]) -> BuildResult:
     """Time the partitioned bundle and the whole model on the host; keep whichever is faster."""
-    from aot import manifest as mf, measure
+    from aot.runtime import manifest as mf
+    from aot.checks import measure
 
     whole = build(model, ws.build / "whole-host", dataclasses.replace(options, whole=True, measure=False))
     part_us, per_region = measure.profile_bundle(result.bundle.path, ws.cache)

@@ -23,7 +23,8 @@ from aot import check, manifest as mf, runtime  # noqa: E402
 
 def inputs_for(data: dict, model: Path) -> dict[str, np.ndarray]:
     """A zoo model's meaningful sample (bundles built from zoo:NAME carry NAME); random otherwise."""
-    from aot import samples, zoo
+    from aot.tools import samples
+    from aot.tools import zoo
 
     if any(m.name == data["model"]["name"] for m in zoo.MODELS):
         return samples.for_model(zoo.by_name(data["model"]["name"]), model)
@@ -32,7 +33,7 @@ def inputs_for(data: dict, model: Path) -> dict[str, np.ndarray]:
 
 def semantics(data: dict, model: Path, bundle: Path) -> str:
     """What a user of the model would check: the OCR text, the VAD decisions."""
-    from aot import samples
+    from aot.tools import samples
 
     name = data["model"]["name"]
     if name not in ("ppocr-rec", "silero-vad"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aot import examples
-from aot.graph import GraphView, Node, Value
+from aot.tools import examples
+from aot.frontend.graph import GraphView, Node, Value
 from aot.pipeline import BuildOptions, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,8 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
     return each output's max abs difference, by name."""
     import numpy as np
 
-    from aot import check, manifest as mf
+    from aot.checks import golden as check
+    from aot.runtime import manifest as mf
 
     data = mf.read(bundle_path)
     inputs = inputs if inputs is not None else check.random_inputs(data["inputs"], seed)

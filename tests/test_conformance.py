@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aot import conformance
+from aot.tools import conformance
 
 # reduce_sum / unsqueeze take axes as an input and castlike_FLOAT_to_DOUBLE an empty `like`:
 # they pass only with the harness's constant-input baking and f64 kept as f64.

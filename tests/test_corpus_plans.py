@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aot import zoo
-from aot.graph import GraphView
+from aot.tools import zoo
+from aot.frontend.graph import GraphView
 from aot.partition.plan import boundaries
 from aot.partition.support import Overrides, SupportTable, label
 from aot.pipeline import BuildOptions, plan_model

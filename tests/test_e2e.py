@@ -11,7 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot import check, manifest as mf, runtime
+from aot.checks import golden as check
+from aot.runtime import manifest as mf
+from aot import runtime
 from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
 from aot.pipeline import BuildOptions, build
 from aot.target import Target
@@ -128,7 +130,7 @@ def test_host_compile_failure_is_a_compile_error_and_keeps_the_old_bundle(exampl
     build(example_model, out, BuildOptions(accel="none"))
     before = (out / "bundle" / "manifest.json").read_bytes()
     monkeypatch.setattr(Target, "compile_flags", lambda self, keep_f64=False: ("--iree-hal-target-device=no-such-device",))
-    monkeypatch.setattr("aot.compile.compiler_version", lambda: "force-a-cache-miss")
+    monkeypatch.setattr("aot.lower.compile.compiler_version", lambda: "force-a-cache-miss")
     with pytest.raises(CompileError) as info:
         build(example_model, out, BuildOptions(accel="none"))
     assert "iree-compile" in info.value.hint and "no-such-device" in " ".join(info.value.argv)
@@ -300,7 +302,7 @@ def test_a_context_that_keeps_failing_is_a_device_error_naming_the_regions(host_
 def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_model, tmp_path, monkeypatch):
     """A bundle whose accelerator context cannot be created is not shipped: its regions move to the
     host like regions that run wrong, and the record says why."""
-    from aot import verify
+    from aot.checks import verify
 
     real_load, loads = runtime.load, []
 

@@ -7,9 +7,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot import load
+from aot.frontend import load
 from aot.errors import ModelError
-from aot.graph import GraphView
+from aot.frontend.graph import GraphView
 from conftest import run_aot
 
 

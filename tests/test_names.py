@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from aot import names, stubs
+from aot.bundle import names
+from aot.bundle import stubs
 
 HOSTILE = [
     "x", "'", '"', '"""', "'''", "a\nb", "a\r\nb", "*/", "/*", "??=", "\\", "\\x00", "\0", "a\0b",

@@ -6,7 +6,7 @@ import re
 
 import onnx.backend.test
 
-from aot.onnx_backend import AotBackend
+from aot.tools.onnx_backend import AotBackend
 
 SELECTED = ("test_relu", "test_add_bcast", "test_softmax_axis_1", "test_conv_with_strides_padding",
             "test_top_k", "test_matmul_2d")

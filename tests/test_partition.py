@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from aot.errors import PartitionError
-from aot.graph import GraphView, Node, Value
+from aot.frontend.graph import GraphView, Node, Value
 from aot.partition import regions
 from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate

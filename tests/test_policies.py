@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from aot.errors import PartitionError
-from aot.graph import GraphView, Node, Value
+from aot.frontend.graph import GraphView, Node, Value
 from aot.partition import depth, order
 from aot.partition.cost import CostModel, node_flops, plan_cost
 from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups

@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot import load
+from aot.frontend import load
 from aot.errors import ModelError
 from conftest import run_aot
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aot import check, samples, zoo
+from aot.checks import golden as check
+from aot.tools import samples
+from aot.tools import zoo
 from aot.errors import ModelError
-from aot.manifest import file_sha256
+from aot.runtime.manifest import file_sha256
 from aot.partition.support import Overrides
 from aot.pipeline import BuildOptions, build
 from conftest import ATOL, RTOL, golden

@@ -9,7 +9,7 @@ from math import prod
 from pathlib import Path
 from typing import Mapping
 
-from aot.graph import GraphView, Node
+from aot.frontend.graph import GraphView, Node
 from aot.partition.support import ACCEL, HOST
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from aot.graph import GraphView
+from aot.frontend.graph import GraphView
 from aot.partition import regions
 from aot.partition.support import ACCEL, HOST
 

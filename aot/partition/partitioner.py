@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from aot.graph import GraphView
+from aot.frontend.graph import GraphView
 from aot.partition import depth, order, regions, select
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.plan import Gate, Plan, Region, region_edges, validate

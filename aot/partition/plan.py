@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from aot.errors import PartitionError
-from aot.graph import GraphView
+from aot.frontend.graph import GraphView
 from aot.partition.support import ACCEL, HOST
 
 PLAN_VERSION = 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from aot.graph import GraphView
+from aot.frontend.graph import GraphView
 
 
 def path_exists(succ, src, dst, *, skip_direct: bool = False) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aot.graph import GraphView
+from aot.frontend.graph import GraphView
 from aot.partition.cost import CostModel, node_bytes, node_flops
 from aot.partition.support import ACCEL
 

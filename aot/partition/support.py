@@ -6,7 +6,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from aot.graph import GraphView, Node
+from aot.frontend.graph import GraphView, Node
 
 ACCEL = "accel"
 HOST = "host"

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aot
-from aot import manifest as mf
-from aot.compile import CompiledRegion
+from aot.runtime import manifest as mf
+from aot.lower.compile import CompiledRegion
 
-from aot.importer import PARAMS_SCOPE, ImportedModule
-from aot.load import TensorSpec
-from aot.outline import OutlinedRegion
+from aot.lower.importer import PARAMS_SCOPE, ImportedModule
+from aot.frontend.load import TensorSpec
+from aot.lower.outline import OutlinedRegion
 from aot.workspace import Workspace, publish
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def write_bundle(ws: Workspace, planned: "Planned", imported: ImportedModule,
                  outlined: tuple[OutlinedRegion, ...], compiled: tuple[CompiledRegion, ...]) -> Bundle:
     import json
 
-    from aot import stubs
+    from aot.bundle import stubs
 
     staging = ws.staging()
     try:

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from aot import runtime
-from aot.check import random_inputs
+from aot.checks.golden import random_inputs
 from aot.pipeline import BuildOptions, build
 
 

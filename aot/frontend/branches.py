@@ -13,7 +13,7 @@ import math
 import onnx
 from onnx import numpy_helper
 
-from aot.fold import rename_values, subgraphs, with_nodes
+from aot.frontend.fold import rename_values, subgraphs, with_nodes
 
 
 def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:

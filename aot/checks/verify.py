@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from aot import manifest as mf
+from aot.runtime import manifest as mf
 from aot import runtime
 from aot.errors import DeviceError
 

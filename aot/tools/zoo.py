@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 
 from aot.errors import ModelError
-from aot.manifest import file_sha256
+from aot.runtime.manifest import file_sha256
 
 
 class ZooError(ModelError):

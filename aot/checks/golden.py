@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from aot import manifest as mf
+from aot.runtime import manifest as mf
 from aot.errors import BundleError
 
 

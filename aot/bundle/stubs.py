@@ -12,10 +12,10 @@ from typing import Any
 
 import jinja2
 
-from aot import names
+from aot.bundle import names
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-_PACKAGED_TEMPLATES = Path(__file__).resolve().parent / "templates"
+# Package data: setuptools ships them in the wheel, so stubs render outside the source tree too.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 class Encoded(str):
@@ -33,8 +33,7 @@ def _finalize(value: Any) -> Any:
 
 
 def _environment() -> jinja2.Environment:
-    root = TEMPLATES if TEMPLATES.is_dir() else _PACKAGED_TEMPLATES
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), finalize=_finalize,
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), finalize=_finalize,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["pyliteral"] = lambda v: Encoded(names.py_str(v))
     env.filters["pydoc"] = lambda v: Encoded(names.py_doc(v))

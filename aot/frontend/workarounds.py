@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from aot.fold import static_shapes
+from aot.frontend.fold import static_shapes
 
 
 def trim_conv_end_padding(model: onnx.ModelProto) -> int:

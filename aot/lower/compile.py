@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aot.errors import CompileError
-from aot.manifest import file_sha256
+from aot.runtime.manifest import file_sha256
 from aot.target import Target
 
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient

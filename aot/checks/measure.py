@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from aot import manifest as mf
+from aot.runtime import manifest as mf
 from aot import runtime
-from aot.check import random_inputs
+from aot.checks.golden import random_inputs
 
 
 def profile_bundle(bundle: Path, cache: Path, repeats: int = 20) -> tuple[float, dict[str, float]]:

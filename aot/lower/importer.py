@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aot.errors import ImporterError
-from aot.load import ModelSource
+from aot.frontend.load import ModelSource
 
 PARAMS_SCOPE = "model"
 # Initializers with fewer elements stay inline (copied into each region that reads them): a

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aot.errors import OutlineError
-from aot.graph import GraphView
-from aot.importer import ImportedModule
+from aot.frontend.graph import GraphView
+from aot.lower.importer import ImportedModule
 from aot.partition.plan import Plan, boundaries
 
 # Ops that only materialise constants: copied into each region that needs them, never boundaries.

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from aot import manifest as mf
+from aot.runtime import manifest as mf
 from aot.errors import BundleError, DeviceError, RuntimeInputError
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()

@@ -15,10 +15,10 @@ import onnx
 import onnx.inliner
 from onnx import numpy_helper, shape_inference, version_converter
 
-from aot.branches import inline_constant_ifs
+from aot.frontend.branches import inline_constant_ifs
 from aot.errors import ModelError
-from aot.fold import fold_constants, prune
-from aot.workarounds import expand_reflect_pad, trim_conv_end_padding
+from aot.frontend.fold import fold_constants, prune
+from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
 
 TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
 SUPPORTED_DOMAINS = ("", "ai.onnx")

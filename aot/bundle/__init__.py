@@ -1,0 +1,1 @@
+"""The deliverable: bundle assembly (staging and atomic publish) and generated host stubs."""

@@ -1,0 +1,1 @@
+"""Checks against onnxruntime: per-region verification, golden outputs, device measurements."""

@@ -1,0 +1,3 @@
+"""Import to MLIR, outline one function per region, compile each with iree-compile.
+
+The only package that imports ``iree.compiler``."""
