@@ -44,17 +44,17 @@ def _parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=_cmd_plan)
 
     r = sub.add_parser("run", help="run a bundle on inputs given as name=@file.npy")
-    r.add_argument("bundle")
+    r.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
     r.add_argument("--input", action="append", default=[], metavar="NAME=@FILE.npy")
     r.add_argument("--output-dir", help="write each output to DIR/<output>.npy instead of printing it")
     r.set_defaults(func=_cmd_run)
 
     rp = sub.add_parser("report", help="regions, devices, node counts, host reasons, boundary bytes")
-    rp.add_argument("bundle")
+    rp.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
     rp.set_defaults(func=_cmd_report)
 
     c = sub.add_parser("check", help="run a bundle through its generated stub and compare with onnxruntime")
-    c.add_argument("bundle")
+    c.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
     c.add_argument("--model", help="the source ONNX model (default: the one named in the manifest)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--atol", type=float, default=1e-4)
@@ -83,35 +83,39 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_build_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--accel", choices=("vulkan", "cuda", "none"), default="vulkan")
-    p.add_argument("--vulkan-target", default="llvmpipe",
-                   help="Vulkan arch to compile for; must match the device (llvmpipe for Mesa lavapipe)")
-    p.add_argument("--cuda-target", default="sm_80")
-    p.add_argument("--host-cpu", default="host",
+    from aot.options import DEFAULTS as D
+
+    p.add_argument("--accel", default="vulkan", metavar="vulkan|cuda|none[:ARCH]",
+                   help="accelerator target: vulkan[:ARCH], cuda[:ARCH] or none (host only)")
+    p.add_argument("--vulkan-target", help=f"Vulkan arch to compile for; must match the device "
+                                           f"(default {D.accel.arch}, Mesa lavapipe)")
+    p.add_argument("--cuda-target", help="CUDA arch to compile for (default sm_80)")
+    p.add_argument("--host-cpu", default=D.host.arch,
                    help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=VALUE",
                    help="bake an input in as a constant (16000, 0,2 or @values.npy); branches and shapes "
                         "it decides are folded away")
-    p.add_argument("--min-compute", type=int, default=2,
+    p.add_argument("--min-compute", type=int, default=D.min_compute,
                    help="accelerator regions with fewer compute nodes stay on the host")
-    p.add_argument("--policy", choices=("greedy", "depth"), default="greedy",
+    p.add_argument("--policy", choices=("greedy", "depth"), default=D.policy,
                    help="region-forming policy: cycle-free greedy merging, or depth-growth")
-    p.add_argument("--select", choices=("all", "largest", "threshold", "largest+threshold", "cost"), default="all",
+    p.add_argument("--select", choices=("all", "largest", "threshold", "largest+threshold", "cost"), default=D.select,
                    help="which accelerator regions to keep (the rest run on the host)")
-    p.add_argument("--threshold", type=int, default=0, help="compute nodes a region needs under --select threshold")
-    p.add_argument("--no-gate", dest="gate", action="store_false",
+    p.add_argument("--threshold", type=int, default=D.threshold,
+                   help="compute nodes a region needs under --select threshold")
+    p.add_argument("--no-gate", dest="gate", action="store_false", default=D.gate,
                    help="ship the partition even when the cost model says one device would be faster")
     p.add_argument("--cost-params", help="device parameters JSON for the cost model (default: aot/partition/devices.json)")
     p.add_argument("--host-ops", help="comma-separated op types forced to the host")
     p.add_argument("--accel-ops", help="comma-separated op types forced to the accelerator")
     p.add_argument("--host-nodes", help="comma-separated node-name globs forced to the host")
     p.add_argument("--accel-nodes", help="comma-separated node-name globs forced to the accelerator")
-    p.add_argument("--accel-compile-timeout", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--accel-compile-timeout", type=float, default=D.accel_compile_timeout, metavar="SECONDS",
                    help="an accelerator region still compiling after this falls back to llvm-cpu")
-    p.add_argument("--measure", action="store_true",
+    p.add_argument("--measure", action="store_true", default=D.measure,
                    help="time every region on its real device and gate on the measurements")
-    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=D.verify,
                    help="run each accelerator region on its device against onnxruntime; move failures "
                         "to the host (default: on when the device is present)")
     p.add_argument("--plan", help="build exactly this plan.json (validated first)")
@@ -121,105 +125,48 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
 
 
 def _build_options(args: argparse.Namespace):
+    """BuildOptions from the command line; the accelerator target is parsed here, once."""
     from aot.frontend.load import parse_constant, parse_shape
+    from aot.options import BuildOptions
     from aot.partition.support import Overrides, split_names
-    from aot.pipeline import BuildOptions
+    from aot.target import Target
 
+    backend = args.accel.partition(":")[0].strip().lower()
+    arch = args.cuda_target if backend == "cuda" else args.vulkan_target
     return BuildOptions(
-        accel=args.accel, vulkan_target=args.vulkan_target, cuda_target=args.cuda_target, host_cpu=args.host_cpu,
+        accel=Target.accelerator(args.accel, arch), host=Target.host(args.host_cpu),
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
         constant_inputs=tuple((n, v.tolist()) for n, v in map(parse_constant, args.const_input)),
         policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
         cost_params=Path(args.cost_params) if args.cost_params else None,
-        accel_compile_timeout=args.accel_compile_timeout, measure=getattr(args, "measure", False),
-        verify=args.verify,
+        accel_compile_timeout=args.accel_compile_timeout, measure=args.measure, verify=args.verify,
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)
 
 
-def _model_path(spec: str) -> Path:
-    if spec.startswith("zoo:"):
-        from aot.tools import zoo
-
-        return zoo.resolve(spec)
-    return Path(spec)
-
-
-def _model_and_options(args: argparse.Namespace):
-    """Resolve zoo:NAME models and apply their recipe (static shapes, constant inputs) unless overridden."""
-    options = _build_options(args)
-    if args.model.startswith("zoo:"):
-        import dataclasses
-
-        from aot.tools import zoo
-
-        entry = zoo.by_name(args.model[4:])
-        options = dataclasses.replace(  # what the user gives wins over the recipe
-            options, name=options.name or entry.name,
-            input_shapes=tuple({**dict(entry.input_shapes), **dict(options.input_shapes)}.items()),
-            constant_inputs=tuple({**dict(entry.constants), **dict(options.constant_inputs)}.items()))
-    return _model_path(args.model), options
-
-
 def _cmd_build(args: argparse.Namespace) -> int:
-    from aot.pipeline import build
+    from aot import api
 
-    model, options = _model_and_options(args)
-    result = build(model, Path(args.output), options, progress=lambda s: print(s, file=sys.stderr))
-    m = result.bundle.manifest
-    for r in m["regions"]:
-        note = "  (fell back from the accelerator)" if r["fallback"] else ""
-        print(f"region {r['name']}: {r['target']}:{r['arch']} {len(r['nodes'])} nodes{note}", file=sys.stderr)
+    result = api.build(args.model, Path(args.output), _build_options(args),
+                       progress=lambda s: print(s, file=sys.stderr))
+    for r in result.bundle.manifest.regions:
+        note = "  (fell back from the accelerator)" if r.fallback else ""
+        print(f"region {r.name}: {r.target} {len(r.nodes)} nodes{note}", file=sys.stderr)
     print(result.bundle.path)
     print(result.bundle.stub)
     return 0
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from aot.pipeline import plan_model
+    from aot import api, report
 
-    from aot import report
-
-    model, options = _model_and_options(args)
-    planned = plan_model(model, options)
-    print(plan_summary(planned, report))
+    planned = api.plan(args.model, _build_options(args))
+    print(report.plan_summary(planned))
     if args.output:
         planned.plan.save(Path(args.output))
         print(args.output)
     return 0
-
-
-def plan_summary(planned, report) -> str:
-    """Coverage, regions, boundary bytes and the gate decision of a plan (`aot plan`)."""
-    from aot.partition.cost import CostModel, plan_cost
-    from aot.partition.plan import boundaries
-
-    plan, view = planned.plan, planned.view
-    bounds = boundaries(plan, view)
-    graph_inputs = set(view.inputs)
-    lines = [f"model {planned.source.name!r}: {len(view.nodes)} nodes ({planned.source.folded_nodes} folded), "
-             f"{len(plan.regions)} region(s), schedule {' -> '.join(plan.schedule)}",
-             report.coverage_line(planned.coverage.to_json() if planned.coverage else None)]
-    for op, n, reason in (planned.coverage.unsupported if planned.coverage else ()):
-        lines.append(f"  unsupported {op} x{n}: {reason}")
-    total = 0
-    for r in plan.regions:
-        crossing = [v for v in bounds[r.name].inputs if v not in graph_inputs]
-        nbytes = sum(view.values[v].nbytes or 0 for v in crossing)
-        total += nbytes
-        lines.append(f"  {r.name:5s} {r.device:5s} {len(r.nodes):4d} nodes, "
-                     f"{sum(view.node(n).is_compute for n in r.nodes):4d} compute, "
-                     f"reads {len(crossing)} boundary tensor(s) = {report._bytes(nbytes)}")
-    lines.append(f"boundary bytes per run: {report._bytes(total)}")
-    cost = CostModel.load(planned.options.accel_target, planned.options.cost_params)
-    est = plan_cost({r.name: (r.device, r.nodes) for r in plan.regions}, view, cost)
-    lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
-    g = plan.gate
-    lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else
-                             ("partition accepted: " if g.accepted else "partition rejected: ") + g.detail))
-    lines += [f"suggestion: {t}" for t in planned.suggestions]
-    return "\n".join(lines)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -239,7 +186,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise RuntimeInputError(f"cannot read input {name!r} from {ref[1:]!r}: {e}") from e
     with runtime.load(args.bundle) as session:
         outputs = session.run(inputs)
-        names = [o["name"] for o in session.manifest["outputs"]]
+        names = [o.name for o in session.manifest.outputs]
     if args.output_dir:
         from aot.bundle.names import file_name
 
@@ -257,10 +204,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from aot.runtime import manifest
     from aot import report
+    from aot.runtime import manifest
 
-    bundle = Path(args.bundle)
+    bundle = manifest.bundle_dir(args.bundle)
     data = manifest.read(bundle)
     print(report.text(data))
     page = bundle.parent / "report.html"
@@ -281,9 +228,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    from aot import api
     from aot.tools import bench
 
-    model, options = _model_and_options(args)
+    model, options = api.resolve(args.model, _build_options(args))
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
     print(bench.run(model, out, options, iterations=args.iterations).text())
     return 0

@@ -1,4 +1,9 @@
-"""Compile targets as parsed value objects that own their ``iree-compile`` flags."""
+"""Compile targets as parsed value objects that own their ``iree-compile`` flags.
+
+The one device vocabulary: a ``Target`` is a backend (what iree-compile generates), an arch (what
+it generates for) and, derived from the backend, the runtime driver that runs it. The manifest
+stores all three; the partitioner's labels ("accel"/"host") say only where a region was planned.
+Pure: the runtime imports this module."""
 
 from __future__ import annotations
 
@@ -37,8 +42,20 @@ class Target:
         return cls(backend, arch.strip() or _BACKENDS[backend][1])
 
     @classmethod
-    def host(cls) -> "Target":
-        return cls("llvm-cpu", "host")
+    def host(cls, cpu: str = "host") -> "Target":
+        """llvm-cpu for ``cpu`` ("host": this machine's CPU; x86-64-v3 for a bundle that runs elsewhere)."""
+        return cls("llvm-cpu", cpu)
+
+    @classmethod
+    def accelerator(cls, text: str, arch: str | None = None) -> "Target | None":
+        """Parse ``--accel``: ``vulkan[:ARCH]``, ``cuda[:ARCH]`` or ``none`` (None: host only);
+        ``arch`` (``--vulkan-target``/``--cuda-target``) fills in an arch the text leaves out."""
+        if text.strip().lower() == "none":
+            return None
+        target = cls.parse(text)
+        if target.is_host:
+            raise AotError(f"{text!r} is the host, not an accelerator", hint="use --accel vulkan, cuda or none")
+        return target if ":" in text or not arch else cls(target.backend, arch)
 
     @property
     def driver(self) -> str:
@@ -76,14 +93,3 @@ class Target:
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.arch}"
-
-
-def accel_target(accel: str, *, vulkan_target: str = "llvmpipe", cuda_target: str = "sm_80") -> Target | None:
-    """The accelerator target for ``--accel vulkan|cuda|none`` (None means host only)."""
-    if accel == "none":
-        return None
-    if accel == "vulkan":
-        return Target("vulkan-spirv", vulkan_target)
-    if accel == "cuda":
-        return Target("cuda", cuda_target)
-    raise AotError(f"unknown accelerator {accel!r}", hint="use --accel vulkan, cuda or none")

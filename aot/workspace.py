@@ -33,12 +33,17 @@ class Workspace:
     def region_mlir(self, region: str) -> Path:
         return self.build / "regions" / f"{region}.mlir"
 
-    def staging(self) -> Path:
-        """A fresh folder beside the bundle to assemble the next bundle in."""
-        path = self.root / f".bundle.staging-{os.getpid()}"
+    def staging(self, candidate: str) -> Path:
+        """A fresh folder beside the bundle to assemble one candidate bundle in."""
+        path = self.root / f".bundle.staging-{os.getpid()}-{candidate}"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         return path
+
+    def discard_staging(self) -> None:
+        """Remove this process's staging folders (candidates not published, or a failed build)."""
+        for path in self.root.glob(f".bundle.staging-{os.getpid()}-*"):
+            shutil.rmtree(path, ignore_errors=True)
 
     def prepare(self) -> None:
         for p in (self.build, self.cache, self.build / "regions"):

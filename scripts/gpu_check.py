@@ -18,24 +18,26 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aot import check, manifest as mf, runtime  # noqa: E402
+from aot import runtime  # noqa: E402
+from aot.checks import golden as check, reference  # noqa: E402
+from aot.runtime import manifest as mf  # noqa: E402
 
 
-def inputs_for(data: dict, model: Path) -> dict[str, np.ndarray]:
+def inputs_for(data: mf.Manifest, model: Path) -> dict[str, np.ndarray]:
     """A zoo model's meaningful sample (bundles built from zoo:NAME carry NAME); random otherwise."""
     from aot.tools import samples
     from aot.tools import zoo
 
-    if any(m.name == data["model"]["name"] for m in zoo.MODELS):
-        return samples.for_model(zoo.by_name(data["model"]["name"]), model)
-    return check.random_inputs(data["inputs"], seed=0)
+    if any(m.name == data.model.name for m in zoo.MODELS):
+        return samples.for_model(zoo.by_name(data.model.name), model)
+    return reference.random_inputs(data.inputs, seed=0)
 
 
-def semantics(data: dict, model: Path, bundle: Path) -> str:
+def semantics(data: mf.Manifest, model: Path, bundle: Path) -> str:
     """What a user of the model would check: the OCR text, the VAD decisions."""
     from aot.tools import samples
 
-    name = data["model"]["name"]
+    name = data.model.name
     if name not in ("ppocr-rec", "silero-vad"):
         return ""
     stub = check.load_stub_class(bundle)(bundle)
@@ -52,8 +54,6 @@ def semantics(data: dict, model: Path, bundle: Path) -> str:
 
 
 def main(pairs: list[str]) -> None:
-    import onnxruntime as ort
-
     for pair in pairs:
         bundle, model = (Path(p) for p in pair.split("="))
         data = mf.read(bundle)
@@ -61,10 +61,10 @@ def main(pairs: list[str]) -> None:
         result = check.check_bundle(bundle, model, inputs=inputs)
         print(result.summary())
         print(semantics(data, model, bundle))
-        names = [o["name"] for o in data["outputs"]]
-        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        names = [o.name for o in data.outputs]
+        sess = reference.session(model)
         times: dict[str, list[float]] = {"bundle": [], "onnxruntime-cpu": []}
-        ort_inputs = {**inputs, **check.constant_inputs(data)}  # the original model takes baked inputs
+        ort_inputs = {**inputs, **reference.constant_inputs(data)}  # the original model takes baked inputs
         with runtime.load(bundle) as s:
             for i in range(53):
                 for name, f in (("bundle", lambda: s.run(inputs)), ("onnxruntime-cpu", lambda: sess.run(names, ort_inputs))):

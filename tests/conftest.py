@@ -10,7 +10,9 @@ import pytest
 
 from aot.tools import examples
 from aot.frontend.graph import GraphView, Node, Value
-from aot.pipeline import BuildOptions, build
+from aot.options import BuildOptions
+from aot.pipeline import build
+from aot.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,12 +37,12 @@ def example_model(tmp_path_factory) -> Path:
 def vulkan_bundle(example_model, tmp_path_factory):
     """The example CNN built for Vulkan (lavapipe) + CPU."""
     _require_vulkan()
-    return build(example_model, tmp_path_factory.mktemp("vk") / "tiny_cnn", BuildOptions(accel="vulkan"))
+    return build(example_model, tmp_path_factory.mktemp("vk") / "tiny_cnn", BuildOptions(accel=Target.parse("vulkan")))
 
 
 @pytest.fixture(scope="session")
 def host_bundle(example_model, tmp_path_factory):
-    return build(example_model, tmp_path_factory.mktemp("host") / "tiny_cnn", BuildOptions(accel="none"))
+    return build(example_model, tmp_path_factory.mktemp("host") / "tiny_cnn", BuildOptions(accel=None))
 
 
 def _require_vulkan() -> None:
@@ -70,19 +72,19 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
     return each output's max abs difference, by name."""
     import numpy as np
 
-    from aot.checks import golden as check
+    from aot.checks import golden as check, reference
     from aot.runtime import manifest as mf
 
     data = mf.read(bundle_path)
-    inputs = inputs if inputs is not None else check.random_inputs(data["inputs"], seed)
+    inputs = inputs if inputs is not None else reference.random_inputs(data.inputs, seed)
     stub = check.load_stub_class(bundle_path)()   # the generated stub, with its default bundle dir
     try:
-        actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
+        actual = stub(*[inputs[s.name] for s in data.inputs])
     finally:
         stub.close()
-    expected = check.onnxruntime_outputs(model_path, inputs, [o["name"] for o in data["outputs"]], data)
-    for a, e, o in zip(actual, expected, data["outputs"]):
-        assert a.dtype == e.dtype and a.shape == e.shape, o["name"]
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=o["name"])
-    return {o["name"]: float(np.abs(a.astype(np.float64) - e).max(initial=0.0))
-            for a, e, o in zip(actual, expected, data["outputs"])}
+    expected = reference.outputs(model_path, inputs, [o.name for o in data.outputs], data)
+    for a, e, o in zip(actual, expected, data.outputs):
+        assert a.dtype == e.dtype and a.shape == e.shape, o.name
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=o.name)
+    return {o.name: float(np.abs(a.astype(np.float64) - e).max(initial=0.0))
+            for a, e, o in zip(actual, expected, data.outputs)}

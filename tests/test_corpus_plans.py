@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from aot.tools import zoo
+from aot import api
 from aot.frontend.graph import GraphView
+from aot.options import BuildOptions
 from aot.partition.plan import boundaries
 from aot.partition.support import Overrides, SupportTable, label
-from aot.pipeline import BuildOptions, plan_model
+from aot.tools import zoo
 
 CORPUS = [m.name for m in zoo.MODELS]
 
@@ -40,10 +41,8 @@ STRESS = Overrides(host_ops=frozenset({"Softmax", "MaxPool", "Flatten", "LayerNo
 @pytest.mark.parametrize("policy", ["greedy", "depth"])
 @pytest.mark.parametrize("overrides", [Overrides(), STRESS], ids=["table", "stress"])
 def test_region_count_is_bounded_by_host_islands(name, policy, overrides):
-    entry = zoo.by_name(name)
-    options = BuildOptions(**entry.recipe(), policy=policy, overrides=overrides, gate=False,
-                           min_compute=1)
-    planned = plan_model(zoo.fetch(entry), options, suggest=False)
+    options = BuildOptions(policy=policy, overrides=overrides, gate=False, min_compute=1)
+    planned = api.plan(f"zoo:{name}", options, suggest=False)
     view, plan = planned.view, planned.plan
     labels = label(view, SupportTable.for_target("vulkan-spirv"), overrides)
     islands = host_islands(view, {n for n, lab in labels.items() if lab.device == "host"})

@@ -11,32 +11,39 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.checks import golden as check
-from aot.runtime import manifest as mf
 from aot import runtime
+from aot.checks import reference
 from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
-from aot.pipeline import BuildOptions, build
+from aot.options import BuildOptions
+from aot.pipeline import build
+from aot.runtime import manifest as mf
 from aot.target import Target
 from conftest import RTOL, ATOL, golden, run_aot
 
+VULKAN, CUDA = Target.parse("vulkan"), Target.parse("cuda")
+
+
 def test_default_model_on_vulkan_and_cpu_matches_onnxruntime(vulkan_bundle, example_model):
     m = vulkan_bundle.bundle.manifest
-    targets = [r["target"] for r in m["regions"]]
+    targets = [r.target.backend for r in m.regions]
     assert "vulkan-spirv" in targets and "llvm-cpu" in targets
-    assert all(r["fallback"] is None for r in m["regions"])
-    vk = next(r for r in m["regions"] if r["target"] == "vulkan-spirv")
-    assert vk["arch"] == "llvmpipe" and vk["driver"] == "vulkan"
+    assert all(r.fallback is None for r in m.regions)
+    vk = next(r for r in m.regions if r.target.backend == "vulkan-spirv")
+    assert vk.target.arch == "llvmpipe" and vk.target.driver == "vulkan"
     for seed in range(3):
         golden(vulkan_bundle.bundle.path, example_model, seed)
 
 
 def test_host_only_bundle_matches_onnxruntime(host_bundle, example_model):
-    assert {r["target"] for r in host_bundle.bundle.manifest["regions"]} == {"llvm-cpu"}
+    assert {r.target.backend for r in host_bundle.bundle.manifest.regions} == {"llvm-cpu"}
     golden(host_bundle.bundle.path, example_model)
 
 
 def test_manifest_contract(vulkan_bundle, example_model):
-    m = vulkan_bundle.bundle.manifest
+    """The JSON a bundle ships (what a C stub or another tool reads) and its typed round trip."""
+    typed = vulkan_bundle.bundle.manifest
+    m = json.loads((vulkan_bundle.bundle.path / "manifest.json").read_text())
+    assert m == typed.to_json() and mf.Manifest.from_json(m) == typed
     assert m["schema_version"] == 1
     assert m["model"]["name"] == "tiny_cnn"
     import hashlib
@@ -57,7 +64,7 @@ def test_manifest_contract(vulkan_bundle, example_model):
 def test_intermediates_stay_on_device_within_a_region_chain(vulkan_bundle):
     """Only the boundary tensor crosses devices: 'probs' from Vulkan to the CPU."""
     m = vulkan_bundle.bundle.manifest
-    crossing = [v for r in m["regions"] for v in r["inputs"] if v not in {"image"}]
+    crossing = [v for r in m.regions for v in r.inputs if v not in {"image"}]
     assert crossing == ["probs"]
 
 
@@ -69,7 +76,7 @@ def test_aot_run_reproduces_onnxruntime(vulkan_bundle, example_model, tmp_path):
                    "--output-dir", str(out))
     files = proc.stdout.split()
     assert len(files) == 3
-    expected = check.onnxruntime_outputs(example_model, {"image": x}, ["logits", "top_probs", "top_classes"])
+    expected = reference.outputs(example_model, {"image": x}, ["logits", "top_probs", "top_classes"])
     for f, e in zip(files, expected):
         np.testing.assert_allclose(np.load(f), e, rtol=RTOL, atol=ATOL)
 
@@ -105,7 +112,7 @@ def test_runtime_refuses_a_bundle_compiled_for_another_vulkan_device(vulkan_bund
 def test_corrupt_bundle_is_refused(vulkan_bundle, tmp_path):
     copy = tmp_path / "bundle"
     shutil.copytree(vulkan_bundle.bundle.path, copy)
-    module = copy / vulkan_bundle.bundle.manifest["regions"][0]["module"]
+    module = copy / vulkan_bundle.bundle.manifest.regions[0].module
     module.write_bytes(module.read_bytes()[:100])
     with pytest.raises(BundleError, match="does not match its sha256"):
         runtime.load(copy)
@@ -118,28 +125,28 @@ def test_corrupt_bundle_is_refused(vulkan_bundle, tmp_path):
 
 def test_accelerator_compile_failure_falls_back_to_host_and_is_recorded(example_model, tmp_path):
     # An unknown Vulkan arch crashes iree-compile outright: the build survives, the region moves.
-    result = build(example_model, tmp_path / "fb", BuildOptions(accel="vulkan", vulkan_target="no_such_gpu"))
-    region = next(r for r in result.bundle.manifest["regions"] if r["planned_device"] == "accel")
-    assert region["target"] == "llvm-cpu"
-    assert "Unknown Vulkan target 'no_such_gpu'" in region["fallback"]
+    result = build(example_model, tmp_path / "fb", BuildOptions(accel=Target.parse("vulkan:no_such_gpu")))
+    region = next(r for r in result.bundle.manifest.regions if r.planned_device == "accel")
+    assert region.target.backend == "llvm-cpu"
+    assert "Unknown Vulkan target 'no_such_gpu'" in region.fallback
     golden(result.bundle.path, example_model)
 
 
 def test_host_compile_failure_is_a_compile_error_and_keeps_the_old_bundle(example_model, tmp_path, monkeypatch):
     out = tmp_path / "keep"
-    build(example_model, out, BuildOptions(accel="none"))
+    build(example_model, out, BuildOptions(accel=None))
     before = (out / "bundle" / "manifest.json").read_bytes()
     monkeypatch.setattr(Target, "compile_flags", lambda self, keep_f64=False: ("--iree-hal-target-device=no-such-device",))
     monkeypatch.setattr("aot.lower.compile.compiler_version", lambda: "force-a-cache-miss")
     with pytest.raises(CompileError) as info:
-        build(example_model, out, BuildOptions(accel="none"))
+        build(example_model, out, BuildOptions(accel=None))
     assert "iree-compile" in info.value.hint and "no-such-device" in " ".join(info.value.argv)
     assert (out / "bundle" / "manifest.json").read_bytes() == before
 
 
 def test_cuda_build_compiles_without_a_gpu(example_model, tmp_path):
-    result = build(example_model, tmp_path / "cuda", BuildOptions(accel="cuda"))
-    targets = {(r["target"], r["arch"], r["driver"]) for r in result.bundle.manifest["regions"]}
+    result = build(example_model, tmp_path / "cuda", BuildOptions(accel=CUDA))
+    targets = {(r.target.backend, r.target.arch, r.target.driver) for r in result.bundle.manifest.regions}
     assert ("cuda", "sm_80", "cuda") in targets and ("llvm-cpu", "host", "local-task") in targets
 
 
@@ -153,9 +160,9 @@ def test_plan_then_build_exactly_that_plan(example_model, tmp_path):
     first["nodes"] = [n for n in first["nodes"] if n not in moved]
     data["regions"][1]["nodes"] = moved + data["regions"][1]["nodes"]
     plan.write_text(json.dumps(data))
-    result = build(example_model, tmp_path / "edited", BuildOptions(accel="vulkan", plan_file=plan))
-    host = next(r for r in result.bundle.manifest["regions"] if r["target"] == "llvm-cpu")
-    assert host["nodes"] == ["fc", "softmax", "top5"]
+    result = build(example_model, tmp_path / "edited", BuildOptions(accel=VULKAN, plan_file=plan))
+    host = next(r for r in result.bundle.manifest.regions if r.target.backend == "llvm-cpu")
+    assert host.nodes == ("fc", "softmax", "top5")
     golden(result.bundle.path, example_model)
 
 
@@ -177,16 +184,16 @@ def hostile_model(path, name: str):
 @pytest.mark.parametrize("name", ['q"uote\'s\nnew*/line', "x" * 5000, "class", "%0 = @bad\\"])
 def test_hostile_names_survive_a_real_build(tmp_path, name):
     model = hostile_model(tmp_path / "hostile.onnx", name)
-    result = build(model, tmp_path / "out", BuildOptions(accel="vulkan", min_compute=1, gate=False))
-    assert len(result.bundle.manifest["regions"]) == 2
-    assert result.bundle.manifest["model"]["name"] == name
+    result = build(model, tmp_path / "out", BuildOptions(accel=VULKAN, min_compute=1, gate=False))
+    assert len(result.bundle.manifest.regions) == 2
+    assert result.bundle.manifest.model.name == name
     golden(result.bundle.path, model)
 
 
 def test_accelerator_compile_that_runs_too_long_falls_back(example_model, tmp_path):
-    result = build(example_model, tmp_path / "slow", BuildOptions(accel="vulkan", accel_compile_timeout=0.01))
-    region = next(r for r in result.bundle.manifest["regions"] if r["planned_device"] == "accel")
-    assert region["target"] == "llvm-cpu" and "timed out after" in region["fallback"]
+    result = build(example_model, tmp_path / "slow", BuildOptions(accel=VULKAN, accel_compile_timeout=0.01))
+    region = next(r for r in result.bundle.manifest.regions if r.planned_device == "accel")
+    assert region.target.backend == "llvm-cpu" and "timed out after" in region.fallback
     golden(result.bundle.path, example_model)
 
 
@@ -195,17 +202,17 @@ def test_measured_gate_keeps_the_faster_bundle(example_model, tmp_path):
     On lavapipe (a CPU pretending to be a GPU) the partition loses, and the gate says so."""
     import iree.runtime as rt
 
-    result = build(example_model, tmp_path / "m", BuildOptions(accel="vulkan", measure=True))
+    result = build(example_model, tmp_path / "m", BuildOptions(accel=VULKAN, measure=True))
     m = result.bundle.manifest
-    gate = m["partition"]["gate"]
-    assert gate["measured"] and gate["partitioned_us"] > 0 and gate["all_host_us"] > 0
-    assert gate["accepted"] == (gate["partitioned_us"] < gate["all_host_us"])
-    if gate["accepted"]:
-        assert len(m["regions"]) == 2 and all("measured_us" in r for r in m["regions"])
+    gate = m.partition.gate
+    assert gate.measured and gate.partitioned_us > 0 and gate.all_host_us > 0
+    assert gate.accepted == (gate.partitioned_us < gate.all_host_us)
+    if gate.accepted:
+        assert len(m.regions) == 2 and all(r.measured_us is not None for r in m.regions)
     else:
-        assert [r["target"] for r in m["regions"]] == ["llvm-cpu"] and "measured_us" in m["regions"][0]
+        assert [r.target.backend for r in m.regions] == ["llvm-cpu"] and m.regions[0].measured_us is not None
     if "llvmpipe" in rt.get_driver("vulkan").query_available_devices()[0]["name"]:
-        assert not gate["accepted"], "lavapipe beat the host CPU: the measurement is suspect"
+        assert not gate.accepted, "lavapipe beat the host CPU: the measurement is suspect"
     golden(result.bundle.path, example_model)
 
 
@@ -220,7 +227,7 @@ def test_report_html_draws_every_node_and_region(vulkan_bundle):
     svg_text = page[page.index("<svg"):page.index("</svg>") + 6]
     root = ET.fromstring(svg_text)  # well-formed XML
     titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
-    assert sorted(t.split(" (")[0] for t in titles) == sorted(n for r in m["regions"] for n in r["nodes"])
+    assert sorted(t.split(" (")[0] for t in titles) == sorted(n for r in m.regions for n in r.nodes)
     red = [l for l in root.iter("{http://www.w3.org/2000/svg}line") if l.get("stroke") == "#c0392b"]
     assert len(red) == 1  # probs: the one tensor passed between regions
     proc = run_aot("report", str(vulkan_bundle.bundle.path))
@@ -228,15 +235,14 @@ def test_report_html_draws_every_node_and_region(vulkan_bundle):
 
 
 def test_report_escapes_hostile_names(vulkan_bundle):
-    import copy
     import xml.etree.ElementTree as ET
 
     from aot import report
 
-    m = copy.deepcopy(vulkan_bundle.bundle.manifest)
+    m = vulkan_bundle.bundle.manifest.to_json()
     m["graph"][0]["name"] = '<script>alert(1)</script>&"'
     m["regions"][0]["nodes"][0] = m["graph"][0]["name"]
-    page = report.html_page(m)
+    page = report.html_page(mf.Manifest.from_json(m))
     assert "<script>" not in page
     ET.fromstring(page[page.index("<svg"):page.index("</svg>") + 6])
 
@@ -245,20 +251,21 @@ def test_verification_moves_a_silently_wrong_region_to_the_host(example_model, t
     """A region compiled for a real GPU (ampere, subgroup 32) runs on lavapipe and returns wrong
     numbers without any error. Verification catches it, moves it to the host, and the rebuilt
     bundle matches onnxruntime."""
-    result = build(example_model, tmp_path / "amp", BuildOptions(accel="vulkan", vulkan_target="ampere"))
+    result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere")))
     m = result.bundle.manifest
-    moved = m["verification"]["moved_to_host"]
-    assert [c["region"] for c in moved] == ["r0"] and "differ from onnxruntime" in moved[0]["error"]
-    assert moved[0]["max_abs_diff"] > 1e-2
-    assert {r["target"] for r in m["regions"]} == {"llvm-cpu"}
-    assert "verification moved region r0" in m["host_reasons"]["conv1"]
+    moved = m.verification.moved_to_host
+    assert [c.region for c in moved] == ["r0"] and "differ from onnxruntime" in moved[0].error
+    assert moved[0].max_abs_diff > 1e-2
+    assert {r.target.backend for r in m.regions} == {"llvm-cpu"}
+    assert "verification moved region r0" in dict(m.host_reasons)["conv1"]
     golden(result.bundle.path, example_model)
     assert "moved to the host" in run_aot("report", str(result.bundle.path)).stdout
 
 
 def test_without_verification_the_runtime_refuses_the_mismatched_module(example_model, tmp_path):
-    result = build(example_model, tmp_path / "amp", BuildOptions(accel="vulkan", vulkan_target="ampere", verify=False))
-    assert "verification" not in result.bundle.manifest
+    result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere"), verify=False))
+    assert result.bundle.manifest.verification is None
+    assert "verification" not in json.loads((result.bundle.path / "manifest.json").read_text())
     with pytest.raises(DeviceError, match="compiled for Vulkan target 'ampere'"):
         runtime.load(result.bundle.path)
 
@@ -283,11 +290,11 @@ def _failing_contexts(monkeypatch, failures: int) -> list[int]:
 def test_a_context_whose_initializers_fail_once_is_retried_on_a_fresh_device(host_bundle, example_model, monkeypatch):
     calls = _failing_contexts(monkeypatch, failures=1)
     data = host_bundle.bundle.manifest
-    inputs = check.random_inputs(data["inputs"], 0)
+    inputs = reference.random_inputs(data.inputs, 0)
     with runtime.load(host_bundle.bundle.path) as session:
         actual = session.run(inputs)
     assert session.load_retries == 1 and len(calls) == 2
-    expected = check.onnxruntime_outputs(example_model, inputs, [o["name"] for o in data["outputs"]], data)
+    expected = reference.outputs(example_model, inputs, [o.name for o in data.outputs], data)
     for a, e in zip(actual, expected):
         np.testing.assert_allclose(a, e, rtol=RTOL, atol=ATOL)
 
@@ -304,28 +311,28 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
     host like regions that run wrong, and the record says why."""
     from aot.checks import verify
 
-    real_load, loads = runtime.load, []
+    real_session, loads = runtime.Session, []
 
-    def load_failing_first(bundle, **kwargs):
+    def session_failing_first(bundle, manifest, **kwargs):
         loads.append(bundle)
         if len(loads) == 1:
             raise DeviceError("loading region(s) r0 on 'vulkan' failed 3 times while running their initializers: "
                               "DATA_LOSS")
-        return real_load(bundle, **kwargs)
+        return real_session(bundle, manifest, **kwargs)
 
-    monkeypatch.setattr(verify.runtime, "load", load_failing_first)
-    result = build(example_model, tmp_path / "lost", BuildOptions(accel="vulkan"))
-    moved = result.bundle.manifest["verification"]["moved_to_host"]
-    assert [(c["region"], c["max_abs_diff"]) for c in moved] == [("r0", None)]
-    assert "initializers" in moved[0]["error"]
-    assert {r["target"] for r in result.bundle.manifest["regions"]} == {"llvm-cpu"}
+    monkeypatch.setattr(verify.runtime, "Session", session_failing_first)
+    result = build(example_model, tmp_path / "lost", BuildOptions(accel=VULKAN))
+    moved = result.bundle.manifest.verification.moved_to_host
+    assert [(c.region, c.max_abs_diff) for c in moved] == [("r0", None)]
+    assert "initializers" in moved[0].error
+    assert {r.target.backend for r in result.bundle.manifest.regions} == {"llvm-cpu"}
     golden(result.bundle.path, example_model)
 
 
 def test_a_good_build_records_its_verification(vulkan_bundle):
-    checked = vulkan_bundle.bundle.manifest["verification"]["checked"]
-    assert [(c["region"], c["ok"]) for c in checked] == [("r0", True)]
-    assert checked[0]["max_abs_diff"] < 1e-4
+    checked = vulkan_bundle.bundle.manifest.verification.checked
+    assert [(c.region, c.ok) for c in checked] == [("r0", True)]
+    assert checked[0].max_abs_diff < 1e-4
 
 
 def test_runtime_refuses_host_code_built_for_a_cpu_with_more_features(host_bundle, tmp_path):

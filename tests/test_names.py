@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import ast
-import copy
+import dataclasses
 import importlib.util
 import keyword
 import sys
 
 import pytest
 
-from aot.bundle import names
-from aot.bundle import stubs
+from aot.bundle import names, stubs
+from aot.runtime.manifest import Manifest, ModelInfo, PartitionRecord, RegionEntry, TensorSig
+from aot.target import Target
 
 HOSTILE = [
     "x", "'", '"', '"""', "'''", "a\nb", "a\r\nb", "*/", "/*", "??=", "\\", "\\x00", "\0", "a\0b",
@@ -48,17 +49,16 @@ def test_file_name_is_portable(name):
     assert all(c.isalnum() or c in "._-" for c in f) and len(f) <= 70
 
 
-def hostile_manifest(name: str) -> dict:
-    return {
-        "schema_version": 1,
-        "model": {"name": name, "sha256": "0" * 64, "source": name, "opset": 17},
-        "inputs": [{"name": name, "dtype": "float32", "shape": [1, 3]},
-                   {"name": name + "2", "dtype": "int64", "shape": [2]},
-                   {"name": "x", "dtype": "float32", "shape": []}],
-        "outputs": [{"name": name + "'out", "dtype": "float32", "shape": [1]}],
-        "regions": [{"name": "r0", "driver": "local-task"}],
-        "toolchain": {"aot": name},
-    }
+def hostile_manifest(name: str) -> Manifest:
+    region = RegionEntry("r0", Target.host(), "host", "modules/r0.vmfb", "main", (name,), (name + "'out",), (name,),
+                         0, 0, 0.0, "0" * 64, None)
+    return Manifest(
+        model=ModelInfo(name, "0" * 64, name, 17, 0),
+        inputs=(TensorSig(name, "float32", (1, 3)), TensorSig(name + "2", "int64", (2,)), TensorSig("x", "float32", ())),
+        outputs=(TensorSig(name + "'out", "float32", (1,)),),
+        constant_inputs=(), weights=None, regions=(region,), schedule=("r0",), boundary_tensors=(),
+        host_reasons=(), partition=PartitionRecord("greedy", "all", 2, None, None, (), "defaults"),
+        graph=(), cpu_flags=(), toolchain=(("aot", name),))
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -89,7 +89,6 @@ def test_template_refuses_a_raw_string():
 
 def test_bad_dtype_in_manifest_fails_rendering():
     m = hostile_manifest("x")
-    m = copy.deepcopy(m)
-    m["inputs"][0]["dtype"] = "float32); import os #"
+    m = dataclasses.replace(m, inputs=(TensorSig("x", "float32); import os #", (1,)),))
     with pytest.raises(TypeError):
         stubs.python_stub(m)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aot import api
 from aot.checks import golden as check
-from aot.tools import samples
-from aot.tools import zoo
 from aot.errors import ModelError
-from aot.runtime.manifest import file_sha256
+from aot.options import BuildOptions
 from aot.partition.support import Overrides
-from aot.pipeline import BuildOptions, build
+from aot.runtime.manifest import file_sha256
+from aot.target import Target
+from aot.tools import samples, zoo
 from conftest import ATOL, RTOL, golden
 
 CORPUS = [m.name for m in zoo.MODELS]
@@ -49,9 +50,9 @@ def corpus_bundle(tmp_path_factory):
     def get(name: str, accel: str, **options):
         key = (name, accel, tuple(sorted(options.items())))
         if key not in built:
-            entry = zoo.by_name(name)
             out = tmp_path_factory.mktemp(f"{name}-{accel}") / name
-            built[key] = build(zoo.fetch(entry), out, BuildOptions(**entry.recipe(), accel=accel, **options))
+            # As a user would from Python: the API applies the zoo entry's recipe.
+            built[key] = api.build(f"zoo:{name}", out, BuildOptions(accel=Target.accelerator(accel), **options))
         return built[key]
 
     return get
@@ -69,7 +70,7 @@ def golden_model(name: str, result):
 
 
 def targets(result) -> list[str]:
-    return [r["target"] for r in result.bundle.manifest["regions"]]
+    return [r.target.backend for r in result.bundle.manifest.regions]
 
 
 @pytest.mark.parametrize("name", CORPUS)
@@ -83,28 +84,28 @@ def test_host_bundle_matches_onnxruntime(name, corpus_bundle):
 def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle):
     result = corpus_bundle(name, "vulkan", **LAVAPIPE[name])
     assert "vulkan-spirv" in targets(result)
-    assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
+    assert all(r.fallback is None for r in result.bundle.manifest.regions)
     golden_model(name, result)
 
 
 @pytest.mark.parametrize("name", CORPUS)
 def test_cuda_bundle_compiles_without_a_gpu(name, corpus_bundle):
     # CI has no GPU: this checks the CUDA path compiles (scripts/gpu_check.py runs it on one).
-    result = corpus_bundle(name, "cuda", host_cpu="x86-64-v3")
+    result = corpus_bundle(name, "cuda", host=Target.host("x86-64-v3"))
     assert "cuda" in targets(result)
-    assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
+    assert all(r.fallback is None for r in result.bundle.manifest.regions)
 
 
 def test_minilm_partitioned_for_cuda_compiles_without_a_gpu(corpus_bundle):
     result = corpus_bundle("minilm", "cuda", **MINILM_SPLIT)
     assert targets(result).count("cuda") >= 5 and targets(result).count("llvm-cpu") >= 5
-    assert all(r["fallback"] is None for r in result.bundle.manifest["regions"])
+    assert all(r.fallback is None for r in result.bundle.manifest.regions)
 
 
 def test_minilm_split_over_vulkan_and_cpu_matches_onnxruntime(corpus_bundle):
     result = corpus_bundle("minilm", "vulkan", **MINILM_SPLIT)
     assert targets(result).count("vulkan-spirv") >= 5 and targets(result).count("llvm-cpu") >= 5
-    assert not result.bundle.manifest["verification"]["moved_to_host"]
+    assert not result.bundle.manifest.verification.moved_to_host
     golden_model("minilm", result)
 
 
@@ -114,11 +115,11 @@ def test_ocr_classifier_on_lavapipe_is_verified_and_matches_onnxruntime(corpus_b
     # has that pair. Per-region verification finds it and moves the region to the host; the
     # bundle is right whichever way IREE compiles it, and the manifest says what happened.
     result = corpus_bundle("ppocr-cls", "vulkan")
-    record = result.bundle.manifest["verification"]
-    for moved in record["moved_to_host"]:
-        assert moved["max_abs_diff"] is None or moved["max_abs_diff"] > 1e-3
-    kept = {r["name"] for r in result.bundle.manifest["regions"] if r["target"] == "vulkan-spirv"}
-    assert kept == {c["region"] for c in record["checked"] if c["ok"]}
+    record = result.bundle.manifest.verification
+    for moved in record.moved_to_host:
+        assert moved.max_abs_diff is None or moved.max_abs_diff > 1e-3
+    kept = {r.name for r in result.bundle.manifest.regions if r.target.backend == "vulkan-spirv"}
+    assert kept == {c.region for c in record.checked if c.ok}
     golden_model("ppocr-cls", result)
 
 

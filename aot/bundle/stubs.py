@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from aot.bundle import names
+from aot.runtime.manifest import Manifest, TensorSig
 
 # Package data: setuptools ships them in the wheel, so stubs render outside the source tree too.
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -40,7 +41,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _shape(shape: list[int]) -> Encoded:
+def _shape(shape: tuple[int, ...]) -> Encoded:
     return Encoded("[" + ", ".join(str(int(d)) for d in shape) + "]")
 
 
@@ -55,29 +56,29 @@ def _example_call(inputs: list[dict[str, Encoded]], outputs: list[dict[str, Enco
     return Encoded(f"{outs} = m({', '.join(i['ident'] for i in inputs)})")
 
 
-def python_stub(manifest: dict[str, Any]) -> tuple[str, str]:
+def python_stub(manifest: Manifest) -> tuple[str, str]:
     """Return (file name, source) of the Python stub for ``manifest``. The source always parses."""
-    model = manifest["model"]["name"]
+    model = manifest.model.name
     taken: set[str] = set()
 
-    def io(entries: list[dict[str, Any]]) -> list[dict[str, Encoded]]:
-        return [{"ident": Encoded(names.py_identifier(e["name"], taken)), "literal": Encoded(names.py_str(e["name"])),
-                 "doc": Encoded(names.py_doc(e["name"])),
-                 "dtype": _dtype(e["dtype"]), "shape": _shape(e["shape"])} for e in entries]
+    def io(entries: tuple[TensorSig, ...]) -> list[dict[str, Encoded]]:
+        return [{"ident": Encoded(names.py_identifier(e.name, taken)), "literal": Encoded(names.py_str(e.name)),
+                 "doc": Encoded(names.py_doc(e.name)), "dtype": _dtype(e.dtype), "shape": _shape(e.shape)}
+                for e in entries]
 
-    inputs = io(manifest["inputs"])
-    outputs = io(manifest["outputs"])
+    inputs = io(manifest.inputs)
+    outputs = io(manifest.outputs)
     module = names.py_module_name(model)
     source = _environment().get_template("python/stub.py.j2").render(
-        aot_version=manifest["toolchain"]["aot"], model_name=model, model_sha256=manifest["model"]["sha256"],
+        aot_version=dict(manifest.toolchain)["aot"], model_name=model, model_sha256=manifest.model.sha256,
         class_name=Encoded(names.py_class_name(model)), example_call=_example_call(inputs, outputs),
-        n_regions=len(manifest["regions"]), devices=", ".join(sorted({r["driver"] for r in manifest["regions"]})),
+        n_regions=len(manifest.regions), devices=", ".join(sorted(manifest.drivers)),
         inputs=inputs, outputs=outputs)
     ast.parse(source)  # a generated file that does not parse is our bug: fail the build, not the user
     return f"{module}.py", source
 
 
-def write_stubs(manifest: dict[str, Any], bundle: Path) -> Path:
+def write_stubs(manifest: Manifest, bundle: Path) -> Path:
     out = bundle / "stubs" / "python"
     out.mkdir(parents=True, exist_ok=True)
     for pkg in (bundle / "stubs", out):

@@ -6,10 +6,10 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from aot.checks import reference
 from aot.runtime import manifest as mf
 from aot.errors import BundleError
 
@@ -38,17 +38,6 @@ class CheckResult:
         return "\n".join(lines)
 
 
-def random_inputs(specs: list[dict[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for s in specs:
-        dtype = np.dtype(s["dtype"])
-        if dtype.kind == "f":
-            out[s["name"]] = rng.standard_normal(s["shape"]).astype(dtype)
-        else:  # 0/1 is in range for any index, mask or token input
-            out[s["name"]] = rng.integers(0, 2, s["shape"]).astype(dtype)
-    return out
-
 
 def load_stub_class(bundle: Path):
     """Import the bundle's generated Python stub and return its model class."""
@@ -76,36 +65,22 @@ def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: l
     return tuple(diffs)
 
 
-def constant_inputs(manifest: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The inputs the bundle was built with baked in (the original model still takes them)."""
-    return {c["name"]: np.array(c["value"], dtype=c["dtype"]).reshape(c["shape"])
-            for c in manifest.get("constant_inputs", [])}
-
-
-def onnxruntime_outputs(model: Path, inputs: dict[str, np.ndarray], output_names: list[str],
-                        manifest: dict[str, Any] | None = None) -> list[np.ndarray]:
-    """onnxruntime's outputs for the original model; `manifest` supplies baked-in inputs."""
-    import onnxruntime as ort
-
-    inputs = {**inputs, **constant_inputs(manifest or {})}
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    return session.run(output_names, inputs)
 
 
 def check_bundle(bundle: Path, model: Path | None = None, seed: int = 0,
                  inputs: dict[str, np.ndarray] | None = None) -> CheckResult:
-    data = mf.read(bundle)
-    model = model or Path(data["model"]["source"])
-    inputs = inputs if inputs is not None else random_inputs(data["inputs"], seed)
-    names = [o["name"] for o in data["outputs"]]
+    """Run the bundle (its directory or the build directory) through its generated stub and
+    compare every output with onnxruntime on the same inputs."""
+    bundle = mf.bundle_dir(bundle)
+    manifest = mf.read(bundle)
+    model = model or Path(manifest.model.source)
+    inputs = inputs if inputs is not None else reference.random_inputs(manifest.inputs, seed)
+    names = [o.name for o in manifest.outputs]
     stub = load_stub_class(bundle)(bundle)
     try:
-        actual = stub(*[inputs[s["name"]] for s in data["inputs"]])
+        actual = stub(*[inputs[s.name] for s in manifest.inputs])
     finally:
         stub.close()
-    expected = onnxruntime_outputs(model, inputs, names, data)
-    regions = tuple(f"{r['name']}:{r['target']}" for r in data["regions"])
+    expected = reference.outputs(model, inputs, names, manifest)
+    regions = tuple(f"{r.name}:{r.target.backend}" for r in manifest.regions)
     return CheckResult(bundle, regions, compare(actual, expected, names))

@@ -5,32 +5,22 @@ and returns garbage), so a region is trusted only after it matched on the device
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from aot.runtime import manifest as mf
 from aot import runtime
+from aot.checks import reference
 from aot.errors import DeviceError
-
-
-@dataclass(frozen=True, slots=True)
-class RegionCheck:
-    region: str
-    ok: bool
-    max_abs_diff: float | None   # None when it did not run
-    error: str | None
-
-    def to_json(self) -> dict:
-        return {"region": self.region, "ok": self.ok, "max_abs_diff": self.max_abs_diff, "error": self.error}
+from aot.partition.plan import Plan
+from aot.partition.support import HOST
+from aot.runtime.manifest import Manifest, RegionCheck
 
 
 def reference_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of ``model`` as onnxruntime computes it for ``inputs``."""
-    import onnxruntime as ort
-
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     known = {o.name for o in probe.graph.output}
@@ -39,10 +29,7 @@ def reference_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> d
             if v and v not in known:
                 probe.graph.output.append(onnx.ValueInfoProto(name=v))
                 known.add(v)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = reference.session(probe.SerializeToString(), optimize=False)  # keep every tensor
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, inputs)))
 
@@ -58,35 +45,47 @@ def within(actual: np.ndarray, expected: np.ndarray, rtol: float) -> tuple[bool,
     return diff <= rtol * max(1.0, float(np.nanmax(np.abs(e), initial=0.0))), diff
 
 
-def verify_bundle(bundle: Path, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-                  rtol: float = 1e-3) -> tuple[RegionCheck, ...]:
-    accel = [r for r in mf.read(bundle)["regions"] if r["target"] != "llvm-cpu"]
+def verify_regions(bundle: Path, manifest: Manifest, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+                   rtol: float = 1e-3) -> tuple[RegionCheck, ...]:
+    """Check every accelerator region of the (staged) bundle at ``bundle`` on its device."""
+    accel = [r for r in manifest.regions if not r.target.is_host]
     if not accel:  # nothing to check (e.g. every region was just moved to the host)
         return ()
     try:
-        session = runtime.load(bundle, check_device=False)
+        session = runtime.Session(bundle, manifest, check_device=False)
     except DeviceError as e:
         # Its initializers never ran through: no region of the bundle can be trusted on the device.
-        return tuple(RegionCheck(r["name"], False, None, _describe(e)) for r in accel)
+        return tuple(RegionCheck(r.name, False, None, _describe(e)) for r in accel)
     checks = []
     with session:
         ref = reference_values(model, inputs)
         ref.update(inputs)
         for r in accel:
             try:
-                outs = session.run_region(r["name"], [ref[v] for v in r["inputs"]])
+                outs = session.run_region(r.name, [ref[v] for v in r.inputs])
             except Exception as e:  # a region that cannot run is as untrustworthy as a wrong one
-                checks.append(RegionCheck(r["name"], False, None, _describe(e)))
+                checks.append(RegionCheck(r.name, False, None, _describe(e)))
                 continue
-            results = [within(a, ref[v], rtol) for a, v in zip(outs, r["outputs"])]
+            results = [within(a, ref[v], rtol) for a, v in zip(outs, r.outputs)]
             diffs = [d for _, d in results]
             finite = all(np.isfinite(d) for d in diffs)
             worst = max(diffs, default=0.0) if finite else None
             ok = all(good for good, _ in results)
             why = (f"outputs differ from onnxruntime by up to {worst:.3g}" if finite
                    else "outputs are NaN/inf or mis-shaped where onnxruntime's are not")
-            checks.append(RegionCheck(r["name"], ok, worst, None if ok else why))
+            checks.append(RegionCheck(r.name, ok, worst, None if ok else why))
     return tuple(checks)
+
+
+def move_to_host(plan: Plan, failed: tuple[RegionCheck, ...]) -> Plan:
+    """The plan with the failed regions on the host, each node's reason naming the failure."""
+    why = {c.region: c.error for c in failed}
+    regions = tuple(replace(r, device=HOST) if r.name in why else r for r in plan.regions)
+    reasons = dict(plan.reasons)
+    for r in plan.regions:
+        if r.name in why:
+            reasons.update({n: f"verification moved region {r.name} to the host: {why[r.name]}" for n in r.nodes})
+    return Plan(regions, plan.schedule, tuple(sorted(reasons.items())), plan.gate)
 
 
 def _describe(e: Exception) -> str:

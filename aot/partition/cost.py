@@ -82,6 +82,22 @@ def node_bytes(node: Node, view: GraphView) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class RegionEstimate:
+    """What the partitioner knows about one region's work (the manifest and report show it)."""
+
+    compute_nodes: int
+    flops: int
+    estimated_us: float
+
+
+def region_estimate(nodes: tuple[str, ...], device: str, view: GraphView, model: CostModel) -> RegionEstimate:
+    ns = [view.node(n) for n in nodes]
+    flops = sum(node_flops(n, view) for n in ns)
+    return RegionEstimate(sum(n.is_compute for n in ns), flops,
+                          round(model.device(device).time_us(flops, sum(node_bytes(n, view) for n in ns)), 3))
+
+
+@dataclass(frozen=True, slots=True)
 class PlanCost:
     total_us: float
     compute_us: tuple[tuple[str, float], ...]   # per region

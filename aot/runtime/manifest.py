@@ -1,7 +1,8 @@
-"""The manifest: the contract between build and deploy. Stubs and the runtime read nothing else.
+"""The manifest: the contract between build and deploy. Stubs, the runtime, the report and the
+checks read nothing else.
 
-This module is pure data (json + hashlib); the runtime imports it, so it must not import onnx,
-jinja2 or iree.compiler.
+Typed, frozen records; dicts exist only in ``to_json``/``from_json``. Pure data (json, hashlib):
+the runtime imports this module, so it must not import onnx, jinja2 or iree.compiler.
 """
 
 from __future__ import annotations
@@ -9,58 +10,392 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from aot.errors import BundleError
+from aot.target import Target
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
-_DRIVERS = {"llvm-cpu": "local-task", "vulkan-spirv": "vulkan", "cuda": "cuda"}
 
 
-def read(bundle: Path) -> dict[str, Any]:
-    """Load and check ``bundle/manifest.json``: schema, fields, files present, hashes match."""
-    path = Path(bundle) / MANIFEST
+@dataclass(frozen=True, slots=True)
+class TensorSig:
+    """A model input or output: what the stub takes or returns."""
+
+    name: str
+    dtype: str                # numpy dtype name
+    shape: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TensorSig":
+        return cls(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantInput:
+    """An input baked in at build time: not a stub argument, but onnxruntime needs it to run the
+    original model, so golden checks read it from here."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    value: Any                # nested tuples of numbers (JSON lists, frozen)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "value": thaw(self.value)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ConstantInput":
+        return cls(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]), freeze(d["value"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    sha256: str               # of the source file
+    source: str               # its path at build time
+    opset: int
+    folded_nodes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "sha256": self.sha256, "source": self.source, "opset": self.opset,
+                "folded_nodes": self.folded_nodes}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ModelInfo":
+        return cls(str(d["name"]), str(d["sha256"]), str(d["source"]), int(d["opset"]), int(d["folded_nodes"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    path: str                 # inside the bundle
+    scope: str                # the parameter scope region modules name
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "scope": self.scope, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Weights":
+        return cls(str(d["path"]), str(d["scope"]), str(d["sha256"]))
+
+
+@dataclass(frozen=True, slots=True)
+class RegionEntry:
+    """One compiled region: its module, its device and the tensors it reads and writes."""
+
+    name: str
+    target: Target            # what it was compiled for (backend, arch; the driver follows)
+    planned_device: str       # the partitioner's label: "accel" or "host"
+    module: str               # path inside the bundle
+    function: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    nodes: tuple[str, ...]
+    compute_nodes: int
+    flops: int
+    estimated_us: float
+    sha256: str               # of the module
+    fallback: str | None      # why the accelerator compile failed, when it fell back to the host
+    measured_us: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"name": self.name, "target": self.target.backend, "arch": self.target.arch,
+             "driver": self.target.driver, "planned_device": self.planned_device, "module": self.module,
+             "function": self.function, "inputs": list(self.inputs), "outputs": list(self.outputs),
+             "nodes": list(self.nodes), "compute_nodes": self.compute_nodes, "flops": self.flops,
+             "estimated_us": self.estimated_us, "sha256": self.sha256, "fallback": self.fallback}
+        if self.measured_us is not None:
+            d["measured_us"] = self.measured_us
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RegionEntry":
+        target = Target(str(d["target"]), str(d["arch"]))
+        if target.backend not in ("llvm-cpu", "vulkan-spirv", "cuda") or d["driver"] != target.driver:
+            raise ValueError(f"region {d.get('name')!r} has target {d['target']!r} / driver {d['driver']!r}")
+        return cls(str(d["name"]), target, str(d["planned_device"]), str(d["module"]), str(d["function"]),
+                   _strs(d["inputs"]), _strs(d["outputs"]), _strs(d["nodes"]), int(d["compute_nodes"]),
+                   int(d["flops"]), float(d["estimated_us"]), str(d["sha256"]), _opt_str(d["fallback"]),
+                   None if d.get("measured_us") is None else float(d["measured_us"]))
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryTensor:
+    """A tensor a region reads or writes, as the partitioner saw it."""
+
+    dtype: str
+    shape: tuple[int, ...] | None
+    bytes: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape), "bytes": self.bytes}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "BoundaryTensor":
+        return cls(str(d["dtype"]), None if d["shape"] is None else tuple(int(x) for x in d["shape"]),
+                   None if d["bytes"] is None else int(d["bytes"]))
+
+
+@dataclass(frozen=True, slots=True)
+class GateRecord:
+    """The gate's decision and the numbers behind it (estimated, or measured with --measure)."""
+
+    accepted: bool
+    partitioned_us: float
+    all_host_us: float
+    all_accel_us: float | None
+    detail: str
+    measured: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"accepted": self.accepted, "partitioned_us": self.partitioned_us, "all_host_us": self.all_host_us,
+             "all_accel_us": self.all_accel_us, "detail": self.detail}
+        return {**d, "measured": True} if self.measured else d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GateRecord":
+        return cls(bool(d["accepted"]), float(d["partitioned_us"]), float(d["all_host_us"]),
+                   None if d["all_accel_us"] is None else float(d["all_accel_us"]), str(d["detail"]),
+                   bool(d.get("measured", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedOp:
+    op: str
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageRecord:
+    """Operator coverage of the accelerator target before any merging or selection."""
+
+    target: str
+    supported: int
+    total: int
+    unsupported: tuple[UnsupportedOp, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "supported": self.supported, "total": self.total,
+                "unsupported": [{"op": u.op, "count": u.count, "reason": u.reason} for u in self.unsupported]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CoverageRecord":
+        return cls(str(d["target"]), int(d["supported"]), int(d["total"]),
+                   tuple(UnsupportedOp(str(u["op"]), int(u["count"]), str(u["reason"])) for u in d["unsupported"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    policy: str
+    select: str
+    min_compute: int
+    gate: GateRecord | None
+    coverage: CoverageRecord | None
+    suggestions: tuple[str, ...]
+    cost_model: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy, "select": self.select, "min_compute": self.min_compute,
+                "gate": self.gate and self.gate.to_json(), "coverage": self.coverage and self.coverage.to_json(),
+                "suggestions": list(self.suggestions), "cost_model": self.cost_model}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PartitionRecord":
+        return cls(str(d["policy"]), str(d["select"]), int(d["min_compute"]),
+                   d["gate"] and GateRecord.from_json(d["gate"]),
+                   d["coverage"] and CoverageRecord.from_json(d["coverage"]),
+                   _strs(d["suggestions"]), str(d["cost_model"]))
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A node of the model as partitioned (for the report's picture; the runtime ignores it)."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GraphNode":
+        return cls(str(d["name"]), str(d["op"]), _strs(d["inputs"]), _strs(d["outputs"]))
+
+
+@dataclass(frozen=True, slots=True)
+class RegionCheck:
+    """One accelerator region run on its device against onnxruntime's tensors."""
+
+    region: str
+    ok: bool
+    max_abs_diff: float | None   # None when it did not run
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"region": self.region, "ok": self.ok, "max_abs_diff": self.max_abs_diff, "error": self.error}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RegionCheck":
+        return cls(str(d["region"]), bool(d["ok"]), None if d["max_abs_diff"] is None else float(d["max_abs_diff"]),
+                   _opt_str(d["error"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    checked: tuple[RegionCheck, ...]          # the regions that passed, in the shipped bundle
+    moved_to_host: tuple[RegionCheck, ...]    # the failures that moved their region to the host
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": [c.to_json() for c in self.checked],
+                "moved_to_host": [c.to_json() for c in self.moved_to_host]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Verification":
+        return cls(tuple(map(RegionCheck.from_json, d["checked"])), tuple(map(RegionCheck.from_json, d["moved_to_host"])))
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    model: ModelInfo
+    inputs: tuple[TensorSig, ...]
+    outputs: tuple[TensorSig, ...]
+    constant_inputs: tuple[ConstantInput, ...]
+    weights: Weights | None
+    regions: tuple[RegionEntry, ...]
+    schedule: tuple[str, ...]
+    boundary_tensors: tuple[tuple[str, BoundaryTensor], ...]
+    host_reasons: tuple[tuple[str, str], ...]    # (node, why it runs on the host)
+    partition: PartitionRecord
+    graph: tuple[GraphNode, ...]
+    cpu_flags: tuple[str, ...]                   # the build machine's; llvm-cpu code for "host" may use them
+    toolchain: tuple[tuple[str, str], ...]       # (package, version)
+    verification: Verification | None = None
+
+    def region(self, name: str) -> RegionEntry:
+        return next(r for r in self.regions if r.name == name)
+
+    def boundary(self, tensor: str) -> BoundaryTensor:
+        return dict(self.boundary_tensors)[tensor]
+
+    @property
+    def drivers(self) -> tuple[str, ...]:
+        """The runtime drivers the bundle opens, in schedule order."""
+        return tuple(dict.fromkeys(self.region(n).target.driver for n in self.schedule))
+
+    def with_measurements(self, per_region: dict[str, float], gate: GateRecord) -> "Manifest":
+        regions = tuple(replace(r, measured_us=round(per_region[r.name], 3)) if r.name in per_region else r
+                        for r in self.regions)
+        return replace(self, regions=regions, partition=replace(self.partition, gate=gate))
+
+    def to_json(self) -> dict[str, Any]:
+        d = {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model.to_json(),
+            "inputs": [t.to_json() for t in self.inputs],
+            "constant_inputs": [c.to_json() for c in self.constant_inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+            "weights": self.weights and self.weights.to_json(),
+            "regions": [r.to_json() for r in self.regions],
+            "schedule": list(self.schedule),
+            "boundary_tensors": {k: v.to_json() for k, v in self.boundary_tensors},
+            "host_reasons": dict(self.host_reasons),
+            "partition": self.partition.to_json(),
+            "graph": [n.to_json() for n in self.graph],
+            "build_machine": {"cpu_flags": list(self.cpu_flags)},
+            "toolchain": dict(self.toolchain),
+        }
+        if self.verification is not None:
+            d["verification"] = self.verification.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Manifest":
+        """Parse a manifest dict; raises KeyError/TypeError/ValueError on a malformed one
+        (``read`` turns those into a BundleError naming the file)."""
+        found = d.get("schema_version") if isinstance(d, dict) else None
+        if found != SCHEMA_VERSION:
+            raise BundleError(f"manifest has schema_version {found!r}; this aot reads {SCHEMA_VERSION}",
+                              hint="rebuild the bundle with this version of aot")
+        m = cls(
+            ModelInfo.from_json(d["model"]),
+            tuple(map(TensorSig.from_json, d["inputs"])),
+            tuple(map(TensorSig.from_json, d["outputs"])),
+            tuple(map(ConstantInput.from_json, d.get("constant_inputs", []))),
+            d["weights"] and Weights.from_json(d["weights"]),
+            tuple(map(RegionEntry.from_json, d["regions"])),
+            _strs(d["schedule"]),
+            tuple((str(k), BoundaryTensor.from_json(v)) for k, v in d["boundary_tensors"].items()),
+            tuple((str(k), str(v)) for k, v in d["host_reasons"].items()),
+            PartitionRecord.from_json(d["partition"]),
+            tuple(map(GraphNode.from_json, d["graph"])),
+            _strs(d.get("build_machine", {}).get("cpu_flags", [])),
+            tuple((str(k), str(v)) for k, v in d["toolchain"].items()),
+            Verification.from_json(d["verification"]) if d.get("verification") else None,
+        )
+        if sorted(m.schedule) != sorted(r.name for r in m.regions):
+            raise ValueError("schedule does not list every region once")
+        return m
+
+    def validate(self, bundle: Path) -> None:
+        """The files the manifest names are inside ``bundle``, present, and match their sha256."""
+        for r in self.regions:
+            module = safe_member(bundle, r.module)
+            if not module.is_file():
+                raise BundleError(f"bundle {str(bundle)!r} lacks module {r.module!r} of region {r.name!r}",
+                                  hint="the bundle is incomplete; rebuild it")
+            if file_sha256(module) != r.sha256:
+                raise BundleError(f"module {r.module!r} of region {r.name!r} does not match its sha256 "
+                                  "in the manifest (corrupt or replaced)", hint="rebuild the bundle")
+        if self.weights is not None and not safe_member(bundle, self.weights.path).is_file():
+            raise BundleError(f"bundle {str(bundle)!r} lacks its weights {self.weights.path!r}", hint="rebuild it")
+
+    def write(self, bundle: Path) -> None:
+        """Write ``bundle/manifest.json`` atomically (a reader never sees half a manifest)."""
+        path = Path(bundle) / MANIFEST
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=True) + "\n")
+        os.replace(tmp, path)
+
+
+def bundle_dir(path: str | Path) -> Path:
+    """The bundle at ``path``: the bundle directory itself, or the build directory given to
+    ``aot build -o`` (which holds it as ``bundle/``)."""
+    path = Path(path)
+    if not (path / MANIFEST).exists() and (path / "bundle" / MANIFEST).exists():
+        return path / "bundle"
+    return path
+
+
+def read(bundle: str | Path) -> Manifest:
+    """Load and check a bundle's manifest: schema, fields, files present, hashes match."""
+    bundle = bundle_dir(bundle)
+    path = bundle / MANIFEST
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError as e:
         raise BundleError(f"{str(bundle)!r} is not a bundle: no {MANIFEST}",
-                          hint="point at artifacts/NAME/bundle built by `aot build`") from e
+                          hint="point at the directory given to `aot build -o`, or its bundle/") from e
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BundleError(f"{str(path)!r} is corrupt: {e}", hint="rebuild the bundle with `aot build`") from e
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        found = data.get("schema_version") if isinstance(data, dict) else None
-        raise BundleError(f"{str(path)!r} has schema_version {found!r}; this aot reads {SCHEMA_VERSION}",
-                          hint="rebuild the bundle with this version of aot")
     try:
-        _check(data, Path(bundle))
-    except (KeyError, TypeError, ValueError) as e:
+        manifest = Manifest.from_json(data)
+    except BundleError as e:
+        raise BundleError(f"{str(path)!r}: {e.message}", hint=e.hint) from e
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise BundleError(f"{str(path)!r} is malformed: {type(e).__name__}: {e}",
                           hint="rebuild the bundle with `aot build`") from e
-    return data
-
-
-def _check(data: dict[str, Any], bundle: Path) -> None:
-    for io in (*data["inputs"], *data["outputs"]):
-        str(io["name"]); str(io["dtype"]); [int(d) for d in io["shape"]]
-    names = set()
-    for r in data["regions"]:
-        if r["target"] not in _DRIVERS or r["driver"] != _DRIVERS[r["target"]]:
-            raise ValueError(f"region {r.get('name')!r} has target {r['target']!r} / driver {r['driver']!r}")
-        names.add(r["name"])
-        module = safe_member(bundle, r["module"])
-        if not module.is_file():
-            raise BundleError(f"bundle {str(bundle)!r} lacks module {r['module']!r} of region {r['name']!r}",
-                              hint="the bundle is incomplete; rebuild it")
-        if file_sha256(module) != r["sha256"]:
-            raise BundleError(f"module {r['module']!r} of region {r['name']!r} does not match its sha256 "
-                              "in the manifest (corrupt or replaced)", hint="rebuild the bundle")
-    if sorted(data["schedule"]) != sorted(names):
-        raise ValueError("schedule does not list every region once")
-    weights = data["weights"]
-    if weights is not None and not safe_member(bundle, weights["path"]).is_file():
-        raise BundleError(f"bundle {str(bundle)!r} lacks its weights {weights['path']!r}", hint="rebuild it")
+    manifest.validate(bundle)
+    return manifest
 
 
 def safe_member(bundle: Path, rel: str) -> Path:
@@ -85,31 +420,30 @@ _ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f
               "avx512dq", "avx512cd", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile")
 
 
-def cpu_flags() -> list[str]:
-    """This machine's ISA flags that matter for llvm-cpu code (Linux /proc/cpuinfo; [] elsewhere)."""
+def cpu_flags() -> tuple[str, ...]:
+    """This machine's ISA flags that matter for llvm-cpu code (Linux /proc/cpuinfo; () elsewhere)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return []
+        return ()
     line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     have = set(line.partition(":")[2].split())
-    return [f for f in _ISA_FLAGS if f in have]
+    return tuple(f for f in _ISA_FLAGS if f in have)
 
 
-def amend(bundle: Path, per_region: dict[str, float], gate: dict[str, Any] | None,
-             verification: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Add measured times, a measured gate decision and the verification record to a published
-    bundle's manifest (atomic rename; the stub and runtime ignore these fields)."""
-    path = bundle / MANIFEST
-    data = json.loads(path.read_text())
-    for r in data["regions"]:
-        if r["name"] in per_region:
-            r["measured_us"] = round(per_region[r["name"]], 3)
-    if gate is not None:
-        data["partition"]["gate"] = gate
-    if verification is not None:
-        data["verification"] = verification
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
-    os.replace(tmp, path)
-    return data
+def _strs(items: Any) -> tuple[str, ...]:
+    if isinstance(items, (str, bytes)):
+        raise TypeError(f"expected a list of strings, got {type(items).__name__}")
+    return tuple(str(x) for x in items)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def freeze(value: Any) -> Any:
+    return tuple(freeze(v) for v in value) if isinstance(value, list) else value
+
+
+def thaw(value: Any) -> Any:
+    return [thaw(v) for v in value] if isinstance(value, tuple) else value

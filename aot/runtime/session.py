@@ -13,49 +13,54 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from aot.runtime import manifest as mf
 from aot.errors import BundleError, DeviceError, RuntimeInputError
+from aot.runtime import manifest as mf
+from aot.runtime.manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
 
 
 def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True) -> "Session":
-    """Open the bundle: create each device once, load the weights and every module once per
-    device. ``expect_sha256`` (from a generated stub) guards against a stub/bundle mismatch.
-    ``check_device=False`` skips the compiled-for vs opened device check (verification only:
-    it wants to see what a mismatched module really computes)."""
-    bundle = Path(bundle_dir)
-    data = mf.read(bundle)
-    if expect_sha256 is not None and data["model"]["sha256"] != expect_sha256:
+    """Open the bundle (its directory, or the build directory holding it as ``bundle/``): create
+    each device once, load the weights and every module once per device. ``expect_sha256`` (from
+    a generated stub) guards against a stub/bundle mismatch."""
+    bundle = mf.bundle_dir(bundle_dir)
+    manifest = mf.read(bundle)
+    if expect_sha256 is not None and manifest.model.sha256 != expect_sha256:
         raise BundleError(f"bundle {str(bundle)!r} was built from another model than this stub",
                           hint="use the stub that ships inside the bundle")
-    return Session(bundle, data, check_device=check_device)
+    return Session(bundle, manifest, check_device=check_device)
 
 
 class Session:
-    """A loaded bundle; call it with numpy inputs, get numpy outputs in manifest order."""
+    """A loaded bundle; call it with numpy inputs, get numpy outputs in manifest order.
 
-    def __init__(self, bundle: Path, data: dict[str, Any], *, check_device: bool = True) -> None:
+    ``Session(dir, manifest)`` opens files the manifest names inside ``dir``: the build verifies
+    and measures staged candidates this way before it publishes one. ``check_device=False`` skips
+    the compiled-for vs opened device check (verification only: it wants to see what a mismatched
+    module really computes)."""
+
+    def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True) -> None:
         import iree.runtime as rt
 
-        self.manifest = data
-        self._inputs = data["inputs"]
-        self._outputs = data["outputs"]
-        self._regions = {r["name"]: r for r in data["regions"]}
-        self._schedule = list(data["schedule"])
+        self.manifest = manifest
+        self._inputs = manifest.inputs
+        self._outputs = manifest.outputs
+        self._regions = {r.name: r for r in manifest.regions}
+        self._schedule = manifest.schedule
         self._instance = rt.VmInstance()
         self._devices: dict[str, Any] = {}
         self._contexts: dict[str, Any] = {}
         self._modules: list[Any] = []
         self._invokers: dict[str, Any] = {}
         params = None
-        if data["weights"] is not None:
+        if manifest.weights is not None:
             params = rt.ParameterIndex()
-            params.load(str(mf.safe_member(bundle, data["weights"]["path"])))
-        by_driver: dict[str, list[dict[str, Any]]] = {}
-        for r in data["regions"]:
-            by_driver.setdefault(r["driver"], []).append(r)
+            params.load(str(mf.safe_member(bundle, manifest.weights.path)))
+        by_driver: dict[str, list[RegionEntry]] = {}
+        for r in manifest.regions:
+            by_driver.setdefault(r.target.driver, []).append(r)
         self.load_retries = 0
         try:
             for driver, regions in by_driver.items():
@@ -63,16 +68,16 @@ class Session:
                 self._devices[driver], self._contexts[driver] = device, ctx
                 self._modules += loaded
                 for r, m in zip(regions, loaded):
-                    fn = m.lookup_function(r["function"])
+                    fn = m.lookup_function(r.function)
                     if fn is None:
-                        raise BundleError(f"module {r['module']!r} has no function {r['function']!r}")
-                    self._invokers[r["name"]] = rt.FunctionInvoker(ctx, device, fn)
+                        raise BundleError(f"module {r.module!r} has no function {r.function!r}")
+                    self._invokers[r.name] = rt.FunctionInvoker(ctx, device, fn)
         except Exception:
             self.close()
             raise
         _LIVE.add(self)
 
-    def _load_driver(self, rt: Any, bundle: Path, driver: str, regions: list[dict[str, Any]], params: Any,
+    def _load_driver(self, rt: Any, bundle: Path, driver: str, regions: list[RegionEntry], params: Any,
                      check_device: bool) -> tuple[Any, Any, list[Any]]:
         """Open ``driver``'s device and create its VM context, which runs the modules' initializers
         (weight uploads, hoisted constants). IREE 3.13 on lavapipe fails such an initializer now
@@ -81,13 +86,12 @@ class Session:
         one that keeps failing is a DeviceError naming the regions."""
         error = ""
         for _ in range(LOAD_ATTEMPTS):
-            device = _open_device(rt, driver, regions, check=check_device,
-                                  manifest_flags=self.manifest.get("build_machine", {}).get("cpu_flags", []))
+            device = _open_device(rt, driver, regions, check=check_device, manifest_flags=self.manifest.cpu_flags)
             modules = [rt.create_hal_module(self._instance, device)]
             if params is not None:
-                provider = params.create_provider(scope=self.manifest["weights"]["scope"])
+                provider = params.create_provider(scope=self.manifest.weights.scope)
                 modules.append(rt.create_io_parameters_module(self._instance, provider))
-            loaded = [rt.VmModule.mmap(self._instance, str(mf.safe_member(bundle, r["module"]))) for r in regions]
+            loaded = [rt.VmModule.mmap(self._instance, str(mf.safe_member(bundle, r.module))) for r in regions]
             try:
                 return device, rt.VmContext(self._instance, modules=[*modules, *loaded]), loaded
             except RuntimeError as e:
@@ -97,14 +101,14 @@ class Session:
                 modules.clear()
                 loaded.clear()
                 del device
-        raise DeviceError(f"loading region(s) {', '.join(r['name'] for r in regions)} on {driver!r} failed "
+        raise DeviceError(f"loading region(s) {', '.join(r.name for r in regions)} on {driver!r} failed "
                           f"{LOAD_ATTEMPTS} times while running their initializers: {error}",
                           hint="run `aot check` on the bundle; rebuild with --accel none to rule out the accelerator")
 
     def __call__(self, *args: np.ndarray, **kwargs: np.ndarray) -> tuple[np.ndarray, ...]:
         if len(args) > len(self._inputs):
             raise RuntimeInputError(f"{len(args)} positional inputs given, the model takes {len(self._inputs)}")
-        named = {spec["name"]: a for spec, a in zip(self._inputs, args)}
+        named = {spec.name: a for spec, a in zip(self._inputs, args)}
         overlap = named.keys() & kwargs.keys()
         if overlap:
             raise RuntimeInputError(f"input {sorted(overlap)[0]!r} given twice")
@@ -119,7 +123,7 @@ class Session:
         try:
             for name in self._schedule:
                 self._run_region(name, values)
-            return tuple(self._to_numpy(values[o["name"]], o["dtype"]) for o in self._outputs)
+            return tuple(self._to_numpy(values[o.name], o.dtype) for o in self._outputs)
         finally:
             # Device buffers must not outlive this call through a traceback: released after
             # their device at interpreter exit, they crash the process.
@@ -127,8 +131,8 @@ class Session:
 
     def _run_region(self, name: str, values: dict[str, tuple[str | None, Any]]) -> None:
         region = self._regions[name]
-        driver = region["driver"]
-        args = [self._move(values[v], driver) for v in region["inputs"]]
+        driver = region.target.driver
+        args = [self._move(values[v], driver) for v in region.inputs]
         try:
             results = self._invokers[name](*args)
         except (ValueError, RuntimeError) as e:
@@ -139,16 +143,16 @@ class Session:
             args.clear()
         if not isinstance(results, (tuple, list)):
             results = (results,)
-        for v, res in zip(region["outputs"], results):
+        for v, res in zip(region.outputs, results):
             values[v] = (driver, res)
 
     def run_region(self, name: str, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
         """Run one region alone on its device (verification feeds it reference intermediates)."""
         values: dict[str, tuple[str | None, Any]] = {v: (None, _contiguous(np.asarray(a)))
-                                                     for v, a in zip(self._regions[name]["inputs"], args)}
+                                                     for v, a in zip(self._regions[name].inputs, args)}
         try:
             self._run_region(name, values)
-            return tuple(self._to_numpy(values[v]) for v in self._regions[name]["outputs"])
+            return tuple(self._to_numpy(values[v]) for v in self._regions[name].outputs)
         finally:
             values.clear()
 
@@ -165,7 +169,7 @@ class Session:
         try:
             for name in self._schedule:
                 region = self._regions[name]
-                args = [self._move(values[v], region["driver"]) for v in region["inputs"]]
+                args = [self._move(values[v], region.target.driver) for v in region.inputs]
                 samples = []
                 for _ in range(repeats):
                     start = time.perf_counter()
@@ -215,8 +219,8 @@ class Session:
         self.close()
 
 
-def _check_cpu(regions: list[dict[str, Any]], build_flags: list[str]) -> None:
-    native = [r["name"] for r in regions if r["arch"] == "host"]
+def _check_cpu(regions: list[RegionEntry], build_flags: tuple[str, ...]) -> None:
+    native = [r.name for r in regions if r.target.arch == "host"]
     here = set(mf.cpu_flags())
     missing = [f for f in build_flags if f not in here] if native and here else []
     if missing:
@@ -225,13 +229,13 @@ def _check_cpu(regions: list[dict[str, Any]], build_flags: list[str]) -> None:
                           hint="rebuild with --host-cpu x86-64-v3 (or this machine's CPU) to run here")
 
 
-def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]], check: bool = True,
-                 manifest_flags: list[str] = ()) -> Any:
+def _open_device(rt: Any, driver: str, regions: list[RegionEntry], check: bool = True,
+                 manifest_flags: tuple[str, ...] = ()) -> Any:
     try:
         device = rt.get_driver(driver).create_default_device()
     except Exception as e:
         raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
-                          f"{', '.join(r['name'] for r in regions)}: {e}",
+                          f"{', '.join(r.name for r in regions)}: {e}",
                           hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
     if driver in ("local-task", "local-sync") and check:
         _check_cpu(regions, manifest_flags)
@@ -239,9 +243,9 @@ def _open_device(rt: Any, driver: str, regions: list[dict[str, Any]], check: boo
         name = _vulkan_device_name(rt)
         for r in regions:
             on_lavapipe = "llvmpipe" in name.lower()
-            if (r["arch"] == "llvmpipe") != on_lavapipe:
+            if (r.target.arch == "llvmpipe") != on_lavapipe:
                 # A SPIR-V module built for another subgroup size returns silently wrong results.
-                raise DeviceError(f"region {r['name']!r} was compiled for Vulkan target {r['arch']!r} but the "
+                raise DeviceError(f"region {r.name!r} was compiled for Vulkan target {r.target.arch!r} but the "
                                   f"Vulkan device here is {name!r}",
                                   hint="rebuild with --vulkan-target matching this device "
                                        "(llvmpipe for Mesa lavapipe)")
@@ -262,19 +266,19 @@ _DEVICE_HINTS = {
 }
 
 
-def check_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Check names, dtypes and shapes; IREE does not bounds-check, so this is the only guard."""
-    expected = [s["name"] for s in specs]
+    expected = [s.name for s in specs]
     unknown = [k for k in inputs if k not in expected]
     if unknown:
         raise RuntimeInputError(f"unknown input {unknown[0]!r}", hint=f"the model's inputs are {expected}")
     out = {}
     for spec in specs:
-        name = spec["name"]
+        name = spec.name
         if name not in inputs:
             raise RuntimeInputError(f"missing input {name!r}", hint=f"the model's inputs are {expected}")
         arr = np.asarray(inputs[name])
-        want_dtype, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+        want_dtype, want_shape = np.dtype(spec.dtype), spec.shape
         if arr.dtype != want_dtype:
             raise RuntimeInputError(f"input {name!r}: expected dtype {want_dtype.name}, got {arr.dtype.name}",
                                     hint=f"convert with .astype(np.{want_dtype.name})")

@@ -1,10 +1,9 @@
 """Side-by-side benchmark in one process, interleaved: the partitioned bundle with every region
 compiled for the host, the whole model as one llvm-cpu module, and onnxruntime. Medians and ratios,
-because the machines are shared and noisy."""
+because the machines are shared and noisy. Both builds are plans of one planned model, not options."""
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -14,8 +13,9 @@ from typing import Callable
 import numpy as np
 
 from aot import runtime
-from aot.checks.golden import random_inputs
-from aot.pipeline import BuildOptions, build
+from aot.checks import reference
+from aot.options import BuildOptions
+from aot.pipeline import all_on_host, build_planned, plan_model, whole_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +39,13 @@ class BenchResult:
 
 def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iterations: int = 50,
         warmup: int = 3) -> BenchResult:
-    partitioned = build(model, out / "partitioned", dataclasses.replace(options, all_host=True))
-    whole = build(model, out / "whole", dataclasses.replace(options, whole=True, plan_file=None))
+    planned = plan_model(model, options, suggest=False)
+    partitioned = build_planned(all_on_host(planned), out / "partitioned", options)
+    whole = build_planned(whole_model(planned), out / "whole", options)
     manifest = partitioned.bundle.manifest
-    inputs = random_inputs(manifest["inputs"], seed=0)
-    names = [o["name"] for o in manifest["outputs"]]
-    import onnxruntime as ort
-
-    sess_options = ort.SessionOptions()
-    sess_options.log_severity_level = 3
-    ort_session = ort.InferenceSession(manifest["model"]["source"], sess_options, providers=["CPUExecutionProvider"])
+    inputs = reference.random_inputs(manifest.inputs, seed=0)
+    names = [o.name for o in manifest.outputs]
+    ort_session = reference.session(model)
     with runtime.load(partitioned.bundle.path) as a, runtime.load(whole.bundle.path) as b:
         contenders: list[tuple[str, Callable[[], object]]] = [
             ("bundle (all regions on host)", lambda: a.run(inputs)),
@@ -64,7 +61,7 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
                 if i >= warmup:
                     times[name].append((time.perf_counter() - start) * 1e3)
     medians = tuple((name, statistics.median(ts)) for name, ts in times.items())
-    return BenchResult(manifest["model"]["name"], len(manifest["regions"]), iterations, medians)
+    return BenchResult(manifest.model.name, len(manifest.regions), iterations, medians)
 
 
 def _same_answers(results: list) -> None:

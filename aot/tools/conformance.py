@@ -49,7 +49,9 @@ def run_case(case, accel: str) -> CaseResult:
 
     from aot import runtime
     from aot.errors import CompileError, ImporterError, ModelError, OutlineError, PartitionError
-    from aot.pipeline import BuildOptions, build
+    from aot.options import BuildOptions
+    from aot.pipeline import build
+    from aot.target import Target
 
     start = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="aot-conf-"))
@@ -58,7 +60,7 @@ def run_case(case, accel: str) -> CaseResult:
         onnx.save(case.model, str(model_path))
         sets = _data_sets(case)  # converted once: baking, shapes and the run all read them
         baked = _constants_from_data(case, sets)
-        options = BuildOptions(accel=accel, min_compute=1, gate=False, verify=False, accel_compile_timeout=120,
+        options = BuildOptions(accel=Target.accelerator(accel), min_compute=1, gate=False, verify=False, accel_compile_timeout=120,
                                input_shapes=_shapes_from_data(case, sets, baked), constant_inputs=baked)
         try:
             result = build(model_path, scratch / "out", options)
@@ -68,7 +70,7 @@ def run_case(case, accel: str) -> CaseResult:
             return CaseResult(case.name, "import error", e.message[:200], time.perf_counter() - start)
         except CompileError as e:
             return CaseResult(case.name, "compile error", e.stderr_tail[:200], time.perf_counter() - start)
-        fallbacks = [r["name"] for r in result.bundle.manifest["regions"] if r["fallback"]]
+        fallbacks = [r.name for r in result.bundle.manifest.regions if r.fallback]
         names, skip = _input_names(case), dict(baked)
         try:
             with runtime.load(result.bundle.path) as session:

