@@ -20,6 +20,8 @@ from aot.runtime import manifest as mf
 from aot.target import Target
 from conftest import RTOL, ATOL, golden, run_aot
 
+pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
+
 VULKAN, CUDA = Target.parse("vulkan"), Target.parse("cuda")
 
 
@@ -344,3 +346,15 @@ def test_runtime_refuses_host_code_built_for_a_cpu_with_more_features(host_bundl
     (copy / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(DeviceError, match=r"(?s)amx_tile_from_the_future.*--host-cpu"):
         runtime.load(copy)
+
+
+def test_report_run_and_check_take_the_build_directory_too(vulkan_bundle, tmp_path):
+    """`aot build -o artifacts/NAME` writes artifacts/NAME/bundle; every command that reads a bundle
+    takes either directory."""
+    build_dir = vulkan_bundle.bundle.path.parent
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 64, 64), np.float32))
+    assert "vulkan-spirv:llvmpipe" in run_aot("report", str(build_dir)).stdout
+    assert "max abs error vs onnxruntime" in run_aot("check", str(build_dir)).stdout
+    assert "'top_classes': int64[1, 5]" in run_aot("run", str(build_dir), "--input", f"image=@{tmp_path / 'x.npy'}").stdout
+    proc = run_aot("report", str(tmp_path), check=False)
+    assert proc.returncode == 1 and "is not a bundle" in proc.stderr and "aot build -o" in proc.stderr

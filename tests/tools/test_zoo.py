@@ -16,6 +16,8 @@ from aot.target import Target
 from aot.tools import samples, zoo
 from conftest import ATOL, RTOL, golden
 
+pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
+
 CORPUS = [m.name for m in zoo.MODELS]
 
 # (rtol, atol) where a model needs more than fp32's 1e-4 / 1e-5, and why.

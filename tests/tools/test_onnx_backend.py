@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 import re
 
 import onnx.backend.test
 
 from aot.tools.onnx_backend import AotBackend
+
+pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
 
 SELECTED = ("test_relu", "test_add_bcast", "test_softmax_axis_1", "test_conv_with_strides_padding",
             "test_top_k", "test_matmul_2d")

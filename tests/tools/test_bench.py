@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from conftest import run_aot
+
+pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
 
 
 def test_bench_prints_medians_and_ratios(example_model, tmp_path):

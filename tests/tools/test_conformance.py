@@ -3,10 +3,14 @@ regression fails CI. The full run is `make conformance` (docs/conformance.md).""
 
 from __future__ import annotations
 
+import pytest
+
 import json
-from pathlib import Path
 
 from aot.tools import conformance
+from conftest import ROOT
+
+pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
 
 # reduce_sum / unsqueeze take axes as an input and castlike_FLOAT_to_DOUBLE an empty `like`:
 # they pass only with the harness's constant-input baking and f64 kept as f64.
@@ -27,7 +31,7 @@ def test_subset_matches_the_full_run():
     """The pinned number is what the committed full run says for the same cases."""
     import re
 
-    full = json.loads(Path(__file__).resolve().parents[1].joinpath("docs", "conformance-llvm-cpu.json").read_text())
+    full = json.loads(ROOT.joinpath("docs", "conformance-llvm-cpu.json").read_text())
     passing = [x for x in full["cases"] if re.search(SUBSET, x["name"]) and x["status"] == "pass"]
     assert len(passing) == EXPECTED_PASS
 

@@ -6,7 +6,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
 
 BLOCKER = textwrap.dedent("""
     import importlib.abc, sys

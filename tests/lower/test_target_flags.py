@@ -1,0 +1,69 @@
+"""Targets are parsed once and own their iree-compile flags; compile_argv is a pure function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aot.errors import AotError
+from aot.lower.compile import compile_argv
+from aot.options import BuildOptions
+from aot.target import VULKAN_HOIST_LIMIT, Target
+
+
+@pytest.mark.parametrize("text, backend, arch, driver", [
+    ("vulkan", "vulkan-spirv", "llvmpipe", "vulkan"),
+    ("vulkan-spirv:ampere", "vulkan-spirv", "ampere", "vulkan"),
+    ("cuda", "cuda", "sm_80", "cuda"),
+    ("cpu", "llvm-cpu", "host", "local-task"),
+    ("llvm-cpu:x86-64-v3", "llvm-cpu", "x86-64-v3", "local-task"),
+])
+def test_parse_owns_backend_arch_and_driver(text, backend, arch, driver):
+    t = Target.parse(text)
+    assert (t.backend, t.arch, t.driver) == (backend, arch, driver)
+    assert Target.parse(str(t)) == t
+
+
+def test_accelerator_parsing():
+    assert Target.accelerator("none") is None
+    assert Target.accelerator("vulkan") == Target("vulkan-spirv", "llvmpipe")
+    assert Target.accelerator("vulkan", "ampere") == Target("vulkan-spirv", "ampere")   # --vulkan-target
+    assert Target.accelerator("cuda:sm_86", "sm_80") == Target("cuda", "sm_86")        # the explicit arch wins
+    with pytest.raises(AotError, match="unknown target 'tpu'"):
+        Target.accelerator("tpu")
+    with pytest.raises(AotError, match="is the host, not an accelerator"):
+        Target.accelerator("cpu")
+
+
+def test_default_options_hold_parsed_targets():
+    assert BuildOptions().accel == Target.parse("vulkan") and BuildOptions().host == Target.host()
+    assert BuildOptions().partition_options().accel_target == "vulkan-spirv"
+    assert BuildOptions(accel=None).partition_options().accel_target is None
+
+
+def test_llvm_cpu_flags():
+    flags = Target.host("x86-64-v3").compile_flags()
+    assert flags == ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                     "--iree-llvmcpu-target-cpu=x86-64-v3")
+    assert "--iree-input-demote-f64-to-f32=false" in Target.host().compile_flags(keep_f64=True)
+
+
+def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
+    flags = Target.parse("vulkan:ampere").compile_flags()
+    assert "--iree-vulkan-target=ampere" in flags and "--iree-hal-external-resources-mappable" in flags
+    assert f"--iree-opt-const-expr-max-size-increase-threshold={VULKAN_HOIST_LIMIT}" in flags
+    # Vulkan has no f64 to keep: the flag would only break the SPIR-V lowering.
+    assert "--iree-input-demote-f64-to-f32=false" not in Target.parse("vulkan").compile_flags(keep_f64=True)
+
+
+def test_cuda_flags():
+    assert Target.parse("cuda:sm_80").compile_flags() == ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80")
+
+
+def test_compile_argv_is_the_tool_the_input_the_flags_and_the_output():
+    target = Target.parse("vulkan")
+    argv = compile_argv("iree-compile", Path("r0.mlir"), Path("out/r0.vmfb"), target)
+    assert argv == ["iree-compile", "r0.mlir", *target.compile_flags(), "-o", "out/r0.vmfb"]
+    assert compile_argv("t", Path("a"), Path("b"), Target.host(), keep_f64=True)[2:-2] == list(
+        Target.host().compile_flags(keep_f64=True))

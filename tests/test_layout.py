@@ -1,0 +1,90 @@
+"""The package reads as the pipeline: no import cycle, the build never imports the tooling, only
+aot.lower touches the compiler, and the runtime stays deployable (numpy + iree.runtime)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "aot"
+# The build stages and what they share; aot.api and aot.cli sit on top and may use the tooling.
+STAGES = ("aot.frontend", "aot.partition", "aot.lower", "aot.bundle", "aot.runtime", "aot.checks",
+          "aot.pipeline", "aot.options", "aot.target", "aot.workspace", "aot.errors", "aot.report")
+RUNTIME_MAY_IMPORT = {"numpy", "iree.runtime", "aot.errors", "aot.target", "aot.runtime"}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: frozenset[str] = frozenset()) -> set[str]:
+    """Every module ``path`` imports, at any depth, except under ``if TYPE_CHECKING:``.
+    ``from pkg import sub`` where ``pkg.sub`` is one of ``modules`` imports the submodule, not
+    the package's own names."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+               and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found |= subs
+            if len(subs) < len(node.names):
+                found.add(node.module)
+    return found
+
+
+def _graph() -> nx.DiGraph:
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    g = nx.DiGraph()
+    for name, path in modules.items():
+        g.add_node(name)
+        for imported in _imports(path, frozenset(modules)):
+            if imported in modules and imported != name:
+                g.add_edge(name, imported)
+    return g
+
+
+def _within(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_import_graph_of_aot_has_no_cycle():
+    g = _graph()
+    assert len(g) > 30
+    cycles = list(nx.simple_cycles(g))
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_the_build_stages_never_import_the_tooling():
+    g = _graph()
+    bad = [(a, b) for a, b in g.edges if _within(a, STAGES) and _within(b, ("aot.tools",))]
+    assert not bad
+    # ... and the tooling really is used through the API and the CLI, so the check can fail.
+    assert g.has_edge("aot.api", "aot.tools.zoo") and g.has_edge("aot.cli", "aot.tools.bench")
+
+
+def test_only_lower_imports_the_compiler():
+    users = {_module(p) for p in PACKAGE.rglob("*.py") if any(m.startswith("iree.compiler") for m in _imports(p))}
+    assert users and all(_within(u, ("aot.lower",)) for u in users), users
+
+
+def test_the_runtime_imports_only_numpy_iree_runtime_and_pure_aot_modules():
+    for path in (PACKAGE / "runtime").rglob("*.py"):
+        third_party = {m for m in _imports(path) if m.split(".")[0] in ("aot", "numpy", "iree")}
+        allowed = {m for m in third_party if _within(m, RUNTIME_MAY_IMPORT)}
+        assert third_party == allowed, (path.name, third_party - allowed)
+
+
+def test_templates_are_package_data():
+    templates = list((PACKAGE / "bundle" / "templates").rglob("*.j2"))
+    assert templates and not (ROOT / "templates").exists()

@@ -1,0 +1,49 @@
+"""A normal install works: the wheel carries the templates, and `aot build` from another
+directory renders the stub and runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.device  # compiles the example with IREE and runs it
+
+
+def run(*argv, cwd: Path) -> str:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode == 0, f"{' '.join(map(str, argv))} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_the_wheel_builds_and_runs_the_example_outside_the_source_tree(tmp_path):
+    dist = tmp_path / "dist"
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, ROOT, cwd=tmp_path)
+    (wheel,) = dist.glob("aot-*.whl")
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel, cwd=tmp_path)
+    # The dependencies (IREE, onnx, onnxruntime: hundreds of MB) come from this environment; aot
+    # itself only from the wheel: a .pth line adds a directory, not the .pth files inside it, so the
+    # development checkout's editable install stays invisible.
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).strip())
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = run(python, "-c", "import aot.bundle.stubs as s; print(s.__file__)", cwd=work)
+    assert where.startswith(str(env)), where
+    run(env / "bin" / "aot", "example", "-o", "tiny_cnn.onnx", cwd=work)
+    out = run(env / "bin" / "aot", "build", "tiny_cnn.onnx", "--accel", "none", "-o", "out", cwd=work).split()
+    assert out == ["out/bundle", "out/bundle/stubs/python/tiny_cnn.py"]
+    script = ("import sys, numpy as np; sys.path.insert(0, 'out/bundle/stubs/python'); from tiny_cnn import TinyCnn\n"
+              "with TinyCnn() as m: logits, probs, classes = m(np.ones((1, 3, 64, 64), np.float32))\n"
+              "print(logits.shape, classes.dtype)")
+    assert run(python, "-c", script, cwd=work).strip() == "(1, 10) int64"
+    assert "max abs error vs onnxruntime" in run(env / "bin" / "aot", "check", "out", cwd=work)
