@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_build_options(p: argparse.ArgumentParser) -> None:
     from aot.options import DEFAULTS as D
+    from aot.partition import policies
 
     p.add_argument("--accel", default="vulkan", metavar="vulkan|cuda|none[:ARCH]",
                    help="accelerator target: vulkan[:ARCH], cuda[:ARCH] or none (host only)")
@@ -98,7 +99,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                         "it decides are folded away")
     p.add_argument("--min-compute", type=int, default=D.min_compute,
                    help="accelerator regions with fewer compute nodes stay on the host")
-    p.add_argument("--policy", choices=("greedy", "depth"), default=D.policy,
+    p.add_argument("--policy", choices=policies.names(), default=D.policy,
                    help="region-forming policy: cycle-free greedy merging, or depth-growth")
     p.add_argument("--select", choices=("all", "largest", "threshold", "largest+threshold", "cost"), default=D.select,
                    help="which accelerator regions to keep (the rest run on the host)")

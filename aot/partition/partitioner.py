@@ -10,13 +10,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aot.frontend.graph import GraphView
-from aot.partition import depth, order, regions, select
+from aot.partition import order, policies, select
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.plan import Gate, Plan, Region, region_edges, validate
 from aot.partition.support import ACCEL, HOST, Label, Overrides, SupportTable, label
-
-POLICIES = {"greedy": regions.merge, "depth": depth.merge}
-
 
 @dataclass(frozen=True, slots=True)
 class PartitionOptions:
@@ -35,7 +32,7 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     table = SupportTable.for_target(options.accel_target) if options.accel_target else None
     cost = CostModel.load(options.accel_target, options.cost_params)
     labels = label(view, table, options.overrides)
-    merge = POLICIES[options.policy]
+    merge = policies.get(options.policy)
     while True:
         groups = merge(view, {n: lab.device for n, lab in labels.items()})
         moves = judge(groups, view, table) if table else {}

@@ -87,24 +87,27 @@ class Boundary:
     outputs: tuple[str, ...]
 
 
-def boundaries(plan: Plan, view: GraphView) -> dict[str, Boundary]:
-    owner = {n: r.name for r in plan.regions for n in r.nodes}
+def boundary(nodes: tuple[str, ...], view: GraphView) -> Boundary:
+    """What a set of nodes reads from outside (in first-use order) and what it hands on: a
+    value read outside the set, or a graph output. The one definition of a region boundary:
+    plans, selection, outlining and reports all use it."""
+    inside = set(nodes)
     graph_outputs = set(view.outputs)
-    result = {}
-    for r in plan.regions:
-        inside = set(r.nodes)
-        ins: dict[str, None] = {}
-        outs: dict[str, None] = {}
-        for n in r.nodes:
-            node = view.node(n)
-            for v in node.inputs:
-                if view.producer(v) not in inside:
-                    ins[v] = None
-            for v in node.outputs:
-                if v in graph_outputs or any(owner[c] != r.name for c in view.consumers(v)):
-                    outs[v] = None
-        result[r.name] = Boundary(tuple(ins), tuple(outs))
-    return result
+    ins: dict[str, None] = {}
+    outs: dict[str, None] = {}
+    for n in nodes:
+        node = view.node(n)
+        for v in node.inputs:
+            if view.producer(v) not in inside:
+                ins[v] = None
+        for v in node.outputs:
+            if v in graph_outputs or any(c not in inside for c in view.consumers(v)):
+                outs[v] = None
+    return Boundary(tuple(ins), tuple(outs))
+
+
+def boundaries(plan: Plan, view: GraphView) -> dict[str, Boundary]:
+    return {r.name: boundary(r.nodes, view) for r in plan.regions}
 
 
 def region_edges(plan: Plan, view: GraphView) -> dict[str, set[str]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aot.frontend.graph import GraphView
 from aot.partition.cost import CostModel, node_bytes, node_flops
+from aot.partition.plan import boundary
 from aot.partition.support import ACCEL
 
 MODES = ("all", "largest", "threshold", "largest+threshold", "cost")
@@ -63,9 +64,6 @@ def region_saving(nodes: tuple[str, ...], view: GraphView, cost: CostModel) -> t
     """(host time - accelerator time, transfer time of its boundary) in microseconds."""
     a = amount(nodes, view)
     saving = cost.host.time_us(a.flops, a.nbytes) - cost.accel.time_us(a.flops, a.nbytes)
-    inside = set(nodes)
-    boundary = {v for n in nodes for v in view.node(n).inputs if view.producer(v) not in inside}
-    boundary |= {v for n in nodes for v in view.node(n).outputs
-                 if v in view.outputs or any(c not in inside for c in view.consumers(v))}
-    transfers = sum(cost.transfer_us(view.values[v].nbytes or 0) for v in boundary)
+    b = boundary(nodes, view)
+    transfers = sum(cost.transfer_us(view.values[v].nbytes or 0) for v in (*b.inputs, *b.outputs))
     return saving, transfers

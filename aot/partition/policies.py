@@ -1,0 +1,41 @@
+"""Region-forming policies, registered by name: the one partitioning pipeline plugs one in.
+
+A policy turns per-node labels ("accel"/"host") into groups of same-label nodes, in an order the
+partitioner can schedule, and never forms a cycle between groups. Register a new one with
+``register("name", merge)``; ``aot build --policy name`` then selects it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from aot.errors import PartitionError
+from aot.frontend.graph import GraphView
+from aot.partition import depth, regions
+
+Groups = list[tuple[str, tuple[str, ...]]]   # (label, node names in topological order)
+MergePolicy = Callable[[GraphView, Mapping[str, str]], Groups]
+
+_REGISTRY: dict[str, MergePolicy] = {}
+
+
+def register(name: str, merge: MergePolicy) -> None:
+    if name in _REGISTRY:
+        raise PartitionError(f"partition policy {name!r} is already registered")
+    _REGISTRY[name] = merge
+
+
+def get(name: str) -> MergePolicy:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PartitionError(f"unknown partition policy {name!r}",
+                             hint=f"known policies: {', '.join(names())}") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+register("greedy", regions.merge)   # cycle-free greedy merging of adjacent same-label nodes
+register("depth", depth.merge)      # depth-growth: grow regions level by level from the inputs
