@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test bench conformance clean
+.PHONY: setup model test test-fast bench conformance clean
 
 setup:
 	@bash scripts/setup.sh
@@ -20,11 +20,15 @@ $(EXAMPLE): | setup
 # through its generated Python stub and compare with onnxruntime.
 model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 	$(AOT) build $(MODEL) --accel $(ACCEL) -o $(OUT)
-	$(AOT) check $(OUT)/bundle
-	$(AOT) report $(OUT)/bundle
+	$(AOT) check $(OUT)
+	$(AOT) report $(OUT)
 
 test: setup
 	$(PY) -m pytest
+
+# Everything that does not compile with IREE or run on a device: seconds, for the edit loop.
+test-fast: setup
+	$(PY) -m pytest -m "not device"
 
 bench: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 	$(AOT) bench $(MODEL) -o artifacts/bench/$(NAME)

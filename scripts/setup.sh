@@ -33,6 +33,7 @@ elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+  ldconfig 2>/dev/null || true  # refresh the cache have_vulkan reads (stale right after the install)
   if have_vulkan; then echo "setup: Vulkan driver installed"; else echo "setup: WARNING: Vulkan still not found"; fi
 else
   echo "setup: WARNING: no Vulkan driver, and no root/apt-get to install one."
