@@ -1,3 +1,21 @@
-"""aot: ahead-of-time build system for ONNX models on IREE, partitioned across devices."""
+"""aot: ahead-of-time build system for ONNX models on IREE, partitioned across devices.
+
+    import aot
+    result = aot.build("zoo:minilm", "artifacts/minilm", aot.BuildOptions(accel=aot.Target.parse("vulkan")))
+
+The names below load on first use, so ``import aot.runtime`` in a deployment pulls in nothing of
+the build (no compiler, onnx or jinja2).
+"""
+
+import importlib
 
 __version__ = "0.1.0"
+
+_LAZY = {"build": "aot.api", "plan": "aot.api", "BuildOptions": "aot.options", "Target": "aot.target"}
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'aot' has no attribute {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aot import api
+import aot
 from aot.frontend.graph import GraphView
 from aot.options import BuildOptions
 from aot.partition.plan import boundaries
@@ -42,7 +42,7 @@ STRESS = Overrides(host_ops=frozenset({"Softmax", "MaxPool", "Flatten", "LayerNo
 @pytest.mark.parametrize("overrides", [Overrides(), STRESS], ids=["table", "stress"])
 def test_region_count_is_bounded_by_host_islands(name, policy, overrides):
     options = BuildOptions(policy=policy, overrides=overrides, gate=False, min_compute=1)
-    planned = api.plan(f"zoo:{name}", options, suggest=False)
+    planned = aot.plan(f"zoo:{name}", options, suggest=False)
     view, plan = planned.view, planned.plan
     labels = label(view, SupportTable.for_target("vulkan-spirv"), overrides)
     islands = host_islands(view, {n for n, lab in labels.items() if lab.device == "host"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aot import api
+import aot
 from aot.checks import golden as check
 from aot.errors import ModelError
 from aot.options import BuildOptions
@@ -54,7 +54,7 @@ def corpus_bundle(tmp_path_factory):
         if key not in built:
             out = tmp_path_factory.mktemp(f"{name}-{accel}") / name
             # As a user would from Python: the API applies the zoo entry's recipe.
-            built[key] = api.build(f"zoo:{name}", out, BuildOptions(accel=Target.accelerator(accel), **options))
+            built[key] = aot.build(f"zoo:{name}", out, BuildOptions(accel=Target.accelerator(accel), **options))
         return built[key]
 
     return get
