@@ -127,8 +127,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
 
 def _build_options(args: argparse.Namespace):
     """BuildOptions from the command line; the accelerator target is parsed here, once."""
-    from aot.frontend.load import parse_constant, parse_shape
-    from aot.options import BuildOptions
+    from aot.options import BuildOptions, parse_constant, parse_shape
     from aot.partition.support import Overrides, split_names
     from aot.target import Target
 

@@ -1,4 +1,5 @@
-"""What a user can ask of a build: every setting and its default, in one place.
+"""What a user can ask of a build: every setting and its default, in one place, and the textual
+forms the CLI accepts for them.
 
 The CLI reads its defaults from ``BuildOptions()``; the pipeline reads nothing else. Internal
 choices (which plan to compile, whether a region is compiled for the host) are plans, not options.
@@ -10,6 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from aot.errors import ModelError
 from aot.partition.partitioner import PartitionOptions
 from aot.partition.support import Overrides
 from aot.target import Target
@@ -54,3 +58,34 @@ class BuildOptions:
 
 
 DEFAULTS = BuildOptions()
+
+
+def parse_constant(text: str) -> tuple[str, np.ndarray]:
+    """Parse ``name=16000``, ``name=0,2`` (1-D) or ``name=@file.npy`` as given to ``--const-input``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise ModelError(f"bad --const-input {text!r}", hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy")
+    if value.startswith("@"):
+        try:
+            return name, np.load(value[1:], allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"--const-input {name}: cannot read {value[1:]!r}: {e}") from e
+    try:
+        parts = [float(v) if any(c in v for c in ".eE") or v.lower() in ("nan", "inf", "-inf") else int(v)
+                 for v in value.split(",")]
+    except ValueError:
+        raise ModelError(f"bad --const-input {text!r}: {value!r} is not a number list",
+                         hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy") from None
+    return name, np.array(parts[0] if len(parts) == 1 and "," not in value else parts)
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``name=1x3x224x224`` as given to ``--input-shape``."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise ModelError(f"bad --input-shape {text!r}", hint="write it as NAME=1x3x224x224")
+    return name, shape

@@ -14,16 +14,18 @@ import onnx
 from onnx import numpy_helper
 
 from aot.frontend.fold import rename_values, subgraphs, with_nodes
+from aot.frontend.passes import PassResult
 
 
-def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """Return (model with every constant-condition ``If`` of the main graph inlined, count)."""
+def inline_constant_ifs(model: onnx.ModelProto) -> PassResult:
+    """Pass: splice the taken branch of every constant-condition ``If`` of the main graph in
+    place of the ``If``; count the ``If`` nodes inlined."""
     g = model.graph
     conditions = {t.name: bool(numpy_helper.to_array(t).reshape(-1)[0]) for t in g.initializer
                   if t.data_type == onnx.TensorProto.BOOL and math.prod(t.dims) == 1}
     chosen = [n for n in g.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input[0] in conditions]
     if not chosen:
-        return model, 0
+        return PassResult(model, 0)
     taken = _all_names(g)
     out = with_nodes(model, [])
     for node in g.node:
@@ -46,7 +48,7 @@ def inline_constant_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         for outer, inner_out in zip(node.output, branch.output):
             out.graph.node.append(onnx.helper.make_node(
                 "Identity", [rename.get(inner_out.name, inner_out.name)], [outer], name=f"{node.name}/{outer}"))
-    return out, len(chosen)
+    return PassResult(out, len(chosen))
 
 
 def _attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto:

@@ -13,6 +13,8 @@ import onnx
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from aot.frontend.passes import PassResult
+
 # Never fold: nondeterministic ops, and ops with subgraphs (their captures are not plain inputs).
 _NEVER = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                     "Bernoulli", "If", "Loop", "Scan", "SequenceMap"})
@@ -21,8 +23,8 @@ _NEVER = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Random
 MAX_FOLD_ELEMENTS = 4096
 
 
-def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple[onnx.ModelProto, int]:
-    """Return (model with foldable nodes replaced by initializers, number of nodes folded)."""
+def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS) -> PassResult:
+    """Pass: replace the nodes whose outputs are constants by initializers; count the nodes folded."""
     g = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
     shapes = static_shapes(g)
@@ -39,14 +41,14 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
         for name, value in zip(node.output, values):
             consts[name] = created[name] = value
     if not created:
-        return model, 0
+        return PassResult(model, 0)
     used = _referenced(kept)
     out = with_nodes(model, kept)
     out.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in created.items() if k in used)
     keep_info = [vi for vi in out.graph.value_info if vi.name not in created]
     del out.graph.value_info[:]
     out.graph.value_info.extend(keep_info)
-    return out, len(g.node) - len(kept)
+    return PassResult(out, len(g.node) - len(kept))
 
 
 def with_nodes(model: onnx.ModelProto, nodes) -> onnx.ModelProto:
@@ -59,13 +61,16 @@ def with_nodes(model: onnx.ModelProto, nodes) -> onnx.ModelProto:
     return out
 
 
-def prune(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Drop initializers nothing reads (left behind by folding and branch inlining), and bypass
-    Identity nodes, which only rename values (inlined branches end in one per output)."""
+def prune(model: onnx.ModelProto) -> PassResult:
+    """Pass: drop initializers nothing reads (left behind by folding and branch inlining), and
+    bypass Identity nodes, which only rename values (inlined branches end in one per output);
+    count the nodes and initializers dropped."""
     g = model.graph
     outputs = {o.name for o in g.output}
     alias = {n.output[0]: n.input[0] for n in g.node
              if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and n.output[0] not in outputs}
+    if not alias and {t.name for t in g.initializer} <= _referenced(g.node) | outputs:
+        return PassResult(model, 0)  # nothing to drop: skip copying the weights
 
     def resolve(name: str) -> str:
         while name in alias:
@@ -77,13 +82,13 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
         rename_values(n, resolve)
     used = _referenced(out.graph.node) | outputs
     keep = [t for t in out.graph.initializer if t.name in used]
+    unread = len(out.graph.initializer) - len(keep)
     del out.graph.initializer[:]
     out.graph.initializer.extend(keep)
-    dropped = set(alias)
-    keep_info = [vi for vi in out.graph.value_info if vi.name not in dropped]
+    keep_info = [vi for vi in out.graph.value_info if vi.name not in alias]
     del out.graph.value_info[:]
     out.graph.value_info.extend(keep_info)
-    return out
+    return PassResult(out, len(alias) + unread)
 
 
 def subgraphs(node: onnx.NodeProto):

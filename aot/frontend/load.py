@@ -15,9 +15,10 @@ import onnx
 import onnx.inliner
 from onnx import numpy_helper, shape_inference, version_converter
 
-from aot.frontend.branches import inline_constant_ifs
 from aot.errors import ModelError
+from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.fold import fold_constants, prune
+from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
 
 TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
@@ -47,37 +48,6 @@ class ModelSource:
     constants: tuple[tuple[str, np.ndarray], ...] = ()  # inputs baked in as constants
 
 
-def parse_constant(text: str) -> tuple[str, np.ndarray]:
-    """Parse ``name=16000``, ``name=0,2`` (1-D) or ``name=@file.npy`` as given to ``--const-input``."""
-    name, sep, value = text.partition("=")
-    if not sep or not name or not value:
-        raise ModelError(f"bad --const-input {text!r}", hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy")
-    if value.startswith("@"):
-        try:
-            return name, np.load(value[1:], allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"--const-input {name}: cannot read {value[1:]!r}: {e}") from e
-    try:
-        parts = [float(v) if any(c in v for c in ".eE") or v.lower() in ("nan", "inf", "-inf") else int(v)
-                 for v in value.split(",")]
-    except ValueError:
-        raise ModelError(f"bad --const-input {text!r}: {value!r} is not a number list",
-                         hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy") from None
-    return name, np.array(parts[0] if len(parts) == 1 and "," not in value else parts)
-
-
-def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """Parse ``name=1x3x224x224`` as given to ``--input-shape``."""
-    name, sep, dims = text.rpartition("=")
-    try:
-        shape = tuple(int(d) for d in dims.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not sep or not name or not shape or any(d <= 0 for d in shape):
-        raise ModelError(f"bad --input-shape {text!r}", hint="write it as NAME=1x3x224x224")
-    return name, shape
-
-
 def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
          constants: dict[str, np.ndarray] | None = None) -> ModelSource:
     """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong.
@@ -100,8 +70,9 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model = _check_and_infer(model, path)
     model, folded = _simplify(model, path)
     _require_static_outputs(model)
-    if trim_conv_end_padding(model) + expand_reflect_pad(model):  # both for IREE 3.13 bugs
-        model = _check_and_infer(model, path)
+    workarounds = run_sequence(model, (trim_conv_end_padding, expand_reflect_pad))  # both for IREE 3.13 bugs
+    if workarounds.modified:
+        model = _check_and_infer(workarounds.model, path)
     name = model.graph.name or path.stem
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
     # iree-compile, so the imported function always gets a fixed name and `name` stays data.
@@ -139,18 +110,17 @@ _MAX_ROUNDS = 8  # each round can expose one more level of nested constant Ifs
 
 
 def _simplify(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, int]:
-    """Fold constants and inline constant-condition ``If`` nodes until nothing changes."""
-    total = 0
-    for _ in range(_MAX_ROUNDS):
-        model, folded = fold_constants(model)
-        model, inlined = inline_constant_ifs(model)
-        if not (folded or inlined):
-            break
-        total += folded + inlined
-        _name_nodes(model)
+    """Fold constants and inline constant-condition ``If`` nodes until nothing changes, then prune;
+    return the model and how many nodes folding and inlining replaced."""
+
+    def recheck(changed: onnx.ModelProto) -> onnx.ModelProto:
+        _name_nodes(changed)  # nodes the passes added need unique names too
         # Shapes that depended on folded values (Reshape targets, branch outputs) are static now.
-        model = _check_and_infer(model, path)
-    return prune(model), total
+        return _check_and_infer(changed, path)
+
+    simplified = run_to_fixpoint(model, (fold_constants, inline_constant_ifs), after_change=recheck,
+                                 max_rounds=_MAX_ROUNDS)
+    return prune(simplified.model).model, simplified.changed
 
 
 def _read(path: Path) -> bytes:

@@ -9,8 +9,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.frontend import load
 from aot.errors import ModelError
+from aot.frontend import load
+from aot.options import parse_constant
 from conftest import run_aot
 
 
@@ -66,7 +67,7 @@ def test_const_input_through_the_cli_and_the_golden_check(tmp_path):
     ("sr", "bad --const-input"), ("sr=fast", "not a number list"), ("sr=@missing.npy", "cannot read")])
 def test_bad_const_input_text_is_a_clear_error(text, message):
     with pytest.raises(ModelError, match=message):
-        load.parse_constant(text)
+        parse_constant(text)
 
 
 @pytest.mark.parametrize("constants, message", [

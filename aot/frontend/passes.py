@@ -1,0 +1,76 @@
+"""The contract every front-end pass follows, and the two ways to run a list of them.
+
+A pass is a named callable ``(model) -> PassResult``. It never mutates the model it is given: it
+returns that same object when it changes nothing (``changed == 0``) and a new model otherwise, so
+callers may keep, compare or reuse their input. This mirrors onnx-ir's ``PassResult`` and
+``PassManager(steps=...)`` on plain ``onnx.ModelProto``s.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import onnx
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    model: onnx.ModelProto  # the input object itself when changed == 0, else a new model
+    changed: int            # how many nodes (or axes, initializers) the pass rewrote; 0 = nothing
+
+    @property
+    def modified(self) -> bool:
+        return self.changed > 0
+
+
+class Pass(Protocol):
+    """A front-end pass; plain functions qualify (``__name__`` names it in reports)."""
+
+    __name__: str
+
+    def __call__(self, model: onnx.ModelProto, /) -> PassResult: ...
+
+
+def run_sequence(model: onnx.ModelProto, passes: Sequence[Pass]) -> PassResult:
+    """Run `passes` once each, in order, each on the previous one's output; sum their counts."""
+    total = 0
+    for p in passes:
+        result = p(model)
+        model, total = result.model, total + result.changed
+    return PassResult(model, total)
+
+
+def run_to_fixpoint(model: onnx.ModelProto, passes: Sequence[Pass], *,
+                    after_change: Callable[[onnx.ModelProto], onnx.ModelProto] = lambda m: m,
+                    max_rounds: int = 8) -> PassResult:
+    """Run `passes` in rounds (each round: every pass once, in order) until a round changes
+    nothing; return the last model and the total changed over all rounds.
+
+    ``after_change`` runs after each round that changed something, before the next one (load uses
+    it to name new nodes and re-infer shapes, which can make more values foldable). It receives a
+    model a pass created, never `model` itself, so it may modify it in place.
+
+    A round that still changes something at ``max_rounds`` ends the loop with a RuntimeWarning
+    naming the passes still at work, and the result is returned as it stands. Not an error:
+    these passes only simplify, every round's model went through ``after_change`` (load's check),
+    so the model is valid, merely less simplified; raising would refuse models that built fine.
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
+    total = 0
+    for _ in range(max_rounds):
+        busy: list[str] = []  # the passes that changed something this round
+        for p in passes:
+            result = p(model)
+            model, total = result.model, total + result.changed
+            if result.modified:
+                busy.append(p.__name__)
+        if not busy:
+            return PassResult(model, total)
+        model = after_change(model)
+    warnings.warn(f"{', '.join(busy)} still changed the model after {max_rounds} rounds; "
+                  "continuing with the model as it stands", RuntimeWarning, stacklevel=2)
+    return PassResult(model, total)
