@@ -1,0 +1,85 @@
+"""The typed manifest: JSON round trip, validation, schema refusal, bundle-or-build directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import pytest
+
+from aot.errors import BundleError
+from aot.runtime import manifest as mf
+from aot.runtime.manifest import (ConstantInput, GateRecord, Manifest, ModelInfo, PartitionRecord, RegionCheck,
+                                  RegionEntry, TensorSig, Verification, Weights)
+from aot.target import Target
+
+
+def small_manifest(module_sha: str = "0" * 64) -> Manifest:
+    region = RegionEntry("r0", Target.parse("vulkan"), "accel", "modules/r0.vmfb", "main", ("x",), ("y",), ("n0",),
+                         1, 8, 1.5, module_sha, None, measured_us=2.25)
+    return Manifest(
+        model=ModelInfo("m", "a" * 64, "/tmp/m.onnx", 17, 3),
+        inputs=(TensorSig("x", "float32", (1, 2)),), outputs=(TensorSig("y", "float32", (1, 2)),),
+        constant_inputs=(ConstantInput("sr", "int64", (), 16000), ConstantInput("axes", "int64", (2,), (0, 1))),
+        weights=Weights("weights.irpa", "model", "b" * 64), regions=(region,), schedule=("r0",),
+        boundary_tensors=(("x", mf.BoundaryTensor("float32", (1, 2), 8)),), host_reasons=(("n1", "why"),),
+        partition=PartitionRecord("greedy", "all", 2, GateRecord(True, 1.0, 2.0, None, "d", measured=True), None,
+                                  ("tip",), "defaults"),
+        graph=(mf.GraphNode("n0", "Relu", ("x",), ("y",)),), cpu_flags=("avx2",), toolchain=(("aot", "0.1.0"),),
+        verification=Verification((RegionCheck("r0", True, 1e-6, None),), ()))
+
+
+def test_json_round_trip_is_exact():
+    m = small_manifest()
+    data = json.loads(json.dumps(m.to_json()))
+    assert Manifest.from_json(data) == m
+    assert data["regions"][0]["driver"] == "vulkan" and data["constant_inputs"][1]["value"] == [0, 1]
+    assert data["partition"]["gate"]["measured"] is True and data["schema_version"] == mf.SCHEMA_VERSION
+
+
+def test_a_region_whose_driver_contradicts_its_target_is_malformed():
+    data = small_manifest().to_json()
+    data["regions"][0]["driver"] = "cuda"
+    with pytest.raises(ValueError, match="driver 'cuda'"):
+        Manifest.from_json(data)
+
+
+def write_bundle(path, manifest: Manifest) -> None:
+    (path / "modules").mkdir(parents=True)
+    (path / "modules" / "r0.vmfb").write_bytes(b"module")
+    (path / "weights.irpa").write_bytes(b"weights")
+    manifest.write(path)
+
+
+def test_read_checks_files_and_takes_the_build_directory(tmp_path):
+    good = small_manifest(hashlib.sha256(b"module").hexdigest())
+    write_bundle(tmp_path / "out" / "bundle", good)
+    assert mf.read(tmp_path / "out") == good == mf.read(tmp_path / "out" / "bundle")
+    (tmp_path / "out" / "bundle" / "modules" / "r0.vmfb").write_bytes(b"other")
+    with pytest.raises(BundleError, match="does not match its sha256"):
+        mf.read(tmp_path / "out")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(schema_version=2), "schema_version 2; this aot reads 1"),
+    (lambda d: d.pop("regions"), "malformed: KeyError"),
+    (lambda d: d["regions"][0].update(nodes="n0"), "malformed: TypeError"),
+    (lambda d: d.update(schedule=["r0", "r0"]), "schedule does not list every region once"),
+])
+def test_a_bad_manifest_is_a_bundle_error_naming_the_file(tmp_path, edit, message):
+    write_bundle(tmp_path, small_manifest(hashlib.sha256(b"module").hexdigest()))
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    edit(data)
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(BundleError, match=message) as info:
+        mf.read(tmp_path)
+    assert "manifest.json" in info.value.message and info.value.hint
+
+
+def test_measurements_replace_estimates_without_touching_the_rest():
+    m = small_manifest()
+    gate = GateRecord(False, 3.0, 2.0, None, "slower", measured=True)
+    measured = m.with_measurements({"r0": 7.12345}, gate)
+    assert measured.regions[0].measured_us == 7.123 and measured.partition.gate == gate
+    assert dataclasses.replace(measured, regions=m.regions, partition=m.partition) == m
