@@ -39,7 +39,8 @@ class BuildOptions:
     overrides: Overrides = Overrides()
     plan_file: Path | None = None            # build exactly this plan (validated first)
     # Compiling and checking
-    accel_compile_timeout: float = 300.0     # past this an accelerator region falls back to the host
+    accel_compile_timeout: float = 300.0     # past this an accelerator region falls back to the host (the
+                                             # SPIR-V pipeline took minutes on some regions)
     verify: bool | None = None               # check accelerator regions on their device (None: when present)
     measure: bool = False                    # time regions on the real devices; gate on measurements
     dump_after: frozenset[str] = frozenset() # stages whose output goes to OUTPUT/build

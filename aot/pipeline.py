@@ -28,8 +28,8 @@ from aot.partition import Plan, make_plan, validate
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.runtime.manifest import (CoverageRecord, GateRecord, PartitionRecord, UnsupportedOp, Verification,
-                                  file_sha256)
+from aot.runtime.manifest import (CoverageRecord, GateRecord, PartitionRecord, RegionCheck, UnsupportedOp,
+                                  Verification, file_sha256)
 from aot.workspace import Workspace
 
 Progress = Callable[[str], None]
@@ -168,7 +168,7 @@ def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: P
     plan, until every remaining accelerator region matches onnxruntime (each round moves at least
     one region to the host, so this ends)."""
     inputs = random_inputs(staged.manifest.inputs, seed=0)
-    moved: tuple = ()
+    moved: tuple[RegionCheck, ...] = ()
     for round_ in range(1, len(staged.plan.regions) + 2):
         checks = verify.verify_regions(staged.path, staged.manifest, planned.source.model, inputs)
         for c in checks:

@@ -16,7 +16,6 @@ from aot.runtime.manifest import file_sha256
 from aot.target import Target
 
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
-ACCEL_COMPILE_TIMEOUT_S = 300    # some regions take IREE's SPIR-V pipeline many minutes; the host is quicker
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +53,11 @@ def compiler_version() -> str:
     return version("iree-base-compiler")
 
 
-def compile_all(jobs: list[CompileJob], cache: Path, *, workers: int | None = None,
-                fallback: Target | None = Target.host(),
-                accel_timeout: float = ACCEL_COMPILE_TIMEOUT_S) -> tuple[CompiledRegion, ...]:
-    """Compile every job; an accelerator job that fails is retried for ``fallback`` (llvm-cpu).
+def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, workers: int | None = None,
+                fallback: Target | None = Target.host()) -> tuple[CompiledRegion, ...]:
+    """Compile every job; an accelerator job that fails, or outlasts ``accel_timeout`` seconds
+    (some regions take IREE's SPIR-V pipeline many minutes; the host is quicker), is compiled
+    again for ``fallback`` (llvm-cpu).
 
     A host compile failure raises CompileError (there is nothing left to fall back to)."""
     tool = iree_compile_path()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import re
 import shutil
 import tempfile
@@ -216,7 +217,10 @@ def _run_named(args: tuple[str, str]) -> CaseResult:
 def run(target: str, pattern: str | None = None, limit: int | None = None, workers: int = 2) -> dict:
     accel = {"llvm-cpu": "none", "vulkan-spirv": "vulkan", "cuda": "cuda"}[target]
     names = [c.name for c in collect(pattern, limit)]
-    with ProcessPoolExecutor(workers) as pool:
+    # Spawned, not forked, workers: a caller that has run IREE (pytest after the device tests) has
+    # runtime threads and locks that do not survive a fork, and a forked worker's first invoke
+    # then waits forever. Each worker forks its cases from its own clean, single-threaded state.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = list(pool.map(_run_named, [(n, accel) for n in names], chunksize=4))
     counts = Counter(r.status for r in results)
     return {"target": target, "total": len(results), "counts": {c: counts.get(c, 0) for c in CATEGORIES},
