@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from aot.errors import AotError
+from aot.target import Target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     bn.set_defaults(func=_cmd_bench)
 
     cf = sub.add_parser("conformance", help="run ONNX node test cases through the whole pipeline")
-    cf.add_argument("--target", choices=("llvm-cpu", "vulkan-spirv", "cuda"), default="llvm-cpu")
+    cf.add_argument("--target", choices=Target.backends(), default="llvm-cpu")
     cf.add_argument("--filter", help="regular expression on test case names")
     cf.add_argument("--limit", type=int)
     cf.add_argument("--workers", type=int, default=2)
@@ -84,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_build_options(p: argparse.ArgumentParser) -> None:
     from aot.options import DEFAULTS as D
-    from aot.partition import policies
+    from aot.partition import policies, select
 
-    p.add_argument("--accel", default="vulkan", metavar="vulkan|cuda|none[:ARCH]",
-                   help="accelerator target: vulkan[:ARCH], cuda[:ARCH] or none (host only)")
+    p.add_argument("--accel", default=str(D.accel) if D.accel else "none", metavar="vulkan|cuda|none[:ARCH]",
+                   help=f"accelerator target: vulkan[:ARCH], cuda[:ARCH] or none (host only); default {D.accel}")
     p.add_argument("--vulkan-target", help=f"Vulkan arch to compile for; must match the device "
-                                           f"(default {D.accel.arch}, Mesa lavapipe)")
-    p.add_argument("--cuda-target", help="CUDA arch to compile for (default sm_80)")
+                                           f"(default {Target.parse('vulkan').arch}, Mesa lavapipe)")
+    p.add_argument("--cuda-target", help=f"CUDA arch to compile for (default {Target.parse('cuda').arch})")
     p.add_argument("--host-cpu", default=D.host.arch,
                    help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
@@ -101,7 +102,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                    help="accelerator regions with fewer compute nodes stay on the host")
     p.add_argument("--policy", choices=policies.names(), default=D.policy,
                    help="region-forming policy: cycle-free greedy merging, or depth-growth")
-    p.add_argument("--select", choices=("all", "largest", "threshold", "largest+threshold", "cost"), default=D.select,
+    p.add_argument("--select", choices=select.MODES, default=D.select,
                    help="which accelerator regions to keep (the rest run on the host)")
     p.add_argument("--threshold", type=int, default=D.threshold,
                    help="compute nodes a region needs under --select threshold")
@@ -129,10 +130,12 @@ def _build_options(args: argparse.Namespace):
     """BuildOptions from the command line; the accelerator target is parsed here, once."""
     from aot.options import BuildOptions, parse_constant, parse_shape
     from aot.partition.support import Overrides, split_names
-    from aot.target import Target
 
-    backend = args.accel.partition(":")[0].strip().lower()
-    arch = args.cuda_target if backend == "cuda" else args.vulkan_target
+    accel = Target.accelerator(args.accel)
+    arch = {"cuda": args.cuda_target, "vulkan-spirv": args.vulkan_target}.get(accel.backend) if accel else None
+    if arch and ":" in args.accel and arch != accel.arch:
+        raise AotError(f"--accel {args.accel} and --{accel.backend.split('-')[0]}-target {arch} name two archs",
+                       hint="give the arch once")
     return BuildOptions(
         accel=Target.accelerator(args.accel, arch), host=Target.host(args.host_cpu),
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,

@@ -31,7 +31,7 @@ class BuildOptions:
     constant_inputs: tuple[tuple[str, Any], ...] = ()  # (input name, number or nested list) baked in
     # Partitioning
     min_compute: int = 2                     # accelerator regions with fewer compute nodes go to the host
-    policy: str = "greedy"                   # greedy | depth
+    policy: str = "greedy"                   # a registered policy (partition/policies.py): greedy, depth
     select: str = "all"                      # all | largest | threshold | largest+threshold | cost
     threshold: int = 0
     gate: bool = True

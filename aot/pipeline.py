@@ -78,7 +78,9 @@ def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: 
 def whole_model(planned: Planned) -> Planned:
     """The same model as one host region (the benchmark's and the measured gate's baseline)."""
     plan = single_region_plan(planned.view)
-    return dataclasses.replace(planned, plan=plan, record=dataclasses.replace(planned.record, gate=None))
+    # One host module: no accelerator coverage, gate or suggestions to report.
+    record = dataclasses.replace(planned.record, gate=None, coverage=None, suggestions=())
+    return dataclasses.replace(planned, plan=plan, record=record)
 
 
 def all_on_host(planned: Planned) -> Planned:
@@ -110,7 +112,7 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
         if "import" in options.dump_after:
             (ws.build / "02-import.mlir").write_text(imported.mlir)
         clock.done("import", f"weights in {ws.params.name}")
-        compile_ = _Compiler(ws, planned, imported, options, clock)
+        compile_ = _Compiler(ws, planned, imported, file_sha256(imported.params_path), options, clock)
         staged = compile_(planned.plan, "built")
         if _should_verify(staged, options):
             staged = _verified(staged, planned, compile_, progress)
@@ -130,16 +132,19 @@ class _Compiler:
     ws: Workspace
     planned: Planned
     imported: ImportedModule
+    weights_sha256: str
     options: BuildOptions
     clock: "_Clock"
 
     def __call__(self, plan: Plan, candidate: str) -> Staged:
         outlined = outline(self.imported, plan, self.planned.view)
         for o in outlined:
-            self.ws.region_mlir(o.name).write_text(o.mlir)
-        self.clock.done("outline", f"{len(outlined)} module(s) in {self.ws.build / 'regions'}")
+            path = self.ws.region_mlir(candidate, o.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(o.mlir)
+        self.clock.done("outline", f"{len(outlined)} module(s) in {path.parent}")
         host, accel = self.options.host, self.options.accel
-        jobs = [CompileJob(r.name, self.ws.region_mlir(r.name), accel if r.device == ACCEL and accel else host)
+        jobs = [CompileJob(r.name, self.ws.region_mlir(candidate, r.name), accel if r.device == ACCEL and accel else host)
                 for r in plan.regions]
         compiled = compile_all(jobs, self.ws.cache, fallback=host, accel_timeout=self.options.accel_compile_timeout)
         fallbacks = sum(c.fallback is not None for c in compiled)
@@ -150,7 +155,7 @@ class _Compiler:
                                                self.planned.view, cost) for c in compiled}
         record = dataclasses.replace(self.planned.record, gate=_gate_record(plan))
         manifest = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
-                            estimates, file_sha256(self.imported.params_path))
+                            estimates, self.weights_sha256)
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path)
         return Staged(path, manifest, plan)

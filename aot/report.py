@@ -9,8 +9,6 @@ from collections import Counter
 
 from typing import TYPE_CHECKING
 
-from aot.partition.cost import CostModel, plan_cost
-from aot.partition.plan import boundaries
 from aot.runtime.manifest import CoverageRecord, Manifest, RegionEntry
 
 if TYPE_CHECKING:
@@ -199,6 +197,10 @@ schedule {esc(' → '.join(m.schedule))}; policy {esc(part.policy)}, select {esc
 
 def plan_summary(planned: "Planned") -> str:
     """Coverage, regions, boundary bytes and the gate decision of a plan (`aot plan`)."""
+    # Here, not at the top: `aot report` of a bundle needs the manifest only, not onnx.
+    from aot.partition.cost import CostModel, plan_cost
+    from aot.partition.plan import boundaries
+
     plan, view, record = planned.plan, planned.view, planned.record
     bounds = boundaries(plan, view)
     graph_inputs = set(view.inputs)

@@ -41,6 +41,11 @@ class Target:
                            hint="use llvm-cpu[:CPU], vulkan-spirv[:ARCH] or cuda[:sm_XX]")
         return cls(backend, arch.strip() or _BACKENDS[backend][1])
 
+    @staticmethod
+    def backends() -> tuple[str, ...]:
+        """Every backend aot compiles for (llvm-cpu, vulkan-spirv, cuda)."""
+        return tuple(_BACKENDS)
+
     @classmethod
     def host(cls, cpu: str = "host") -> "Target":
         """llvm-cpu for ``cpu`` ("host": this machine's CPU; x86-64-v3 for a bundle that runs elsewhere)."""

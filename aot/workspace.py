@@ -30,8 +30,10 @@ class Workspace:
     def params(self) -> Path:
         return self.build / "weights.irpa"
 
-    def region_mlir(self, region: str) -> Path:
-        return self.build / "regions" / f"{region}.mlir"
+    def region_mlir(self, candidate: str, region: str) -> Path:
+        """One folder per candidate bundle: the whole-model baseline must not overwrite the
+        partition's r0.mlir that a compile error's repro line points at."""
+        return self.build / "regions" / candidate / f"{region}.mlir"
 
     def staging(self, candidate: str) -> Path:
         """A fresh folder beside the bundle to assemble one candidate bundle in."""
@@ -46,7 +48,7 @@ class Workspace:
             shutil.rmtree(path, ignore_errors=True)
 
     def prepare(self) -> None:
-        for p in (self.build, self.cache, self.build / "regions"):
+        for p in (self.build, self.cache):
             p.mkdir(parents=True, exist_ok=True)
 
 

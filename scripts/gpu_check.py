@@ -56,6 +56,7 @@ def semantics(data: mf.Manifest, model: Path, bundle: Path) -> str:
 def main(pairs: list[str]) -> None:
     for pair in pairs:
         bundle, model = (Path(p) for p in pair.split("="))
+        bundle = mf.bundle_dir(bundle)   # the bundle, or the directory given to `aot build -o`
         data = mf.read(bundle)
         inputs = inputs_for(data, model)
         result = check.check_bundle(bundle, model, inputs=inputs)

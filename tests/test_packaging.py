@@ -3,10 +3,12 @@ directory renders the stub and runs it."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,9 +25,17 @@ def run(*argv, cwd: Path) -> str:
 
 
 def test_the_wheel_builds_and_runs_the_example_outside_the_source_tree(tmp_path):
+    # Build from the tracked files alone: a build/ left in the checkout could ship stale modules.
+    source = tmp_path / "source"
+    for name in run("git", "ls-files", cwd=ROOT).splitlines():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
     dist = tmp_path / "dist"
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, ROOT, cwd=tmp_path)
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source, cwd=tmp_path)
     (wheel,) = dist.glob("aot-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {n for n in z.namelist() if n.startswith("aot/")}
+    assert shipped == set(run("git", "ls-files", "aot", cwd=ROOT).splitlines())
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)
     python = env / "bin" / "python"

@@ -176,9 +176,6 @@ class Coverage:
     total: int
     unsupported: tuple[tuple[str, int, str], ...]   # (op type, count, first reason)
 
-    def to_json(self) -> dict:
-        return {"target": self.target, "supported": self.supported, "total": self.total,
-                "unsupported": [{"op": op, "count": n, "reason": r} for op, n, r in self.unsupported]}
 
 
 def coverage(view: GraphView, table: SupportTable) -> Coverage:

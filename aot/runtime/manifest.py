@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 from aot.errors import BundleError
 from aot.target import Target
@@ -118,7 +118,7 @@ class RegionEntry:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "RegionEntry":
         target = Target(str(d["target"]), str(d["arch"]))
-        if target.backend not in ("llvm-cpu", "vulkan-spirv", "cuda") or d["driver"] != target.driver:
+        if target.backend not in Target.backends() or d["driver"] != target.driver:
             raise ValueError(f"region {d.get('name')!r} has target {d['target']!r} / driver {d['driver']!r}")
         return cls(str(d["name"]), target, str(d["planned_device"]), str(d["module"]), str(d["function"]),
                    _strs(d["inputs"]), _strs(d["outputs"]), _strs(d["nodes"]), int(d["compute_nodes"]),
@@ -204,14 +204,14 @@ class PartitionRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"policy": self.policy, "select": self.select, "min_compute": self.min_compute,
-                "gate": self.gate and self.gate.to_json(), "coverage": self.coverage and self.coverage.to_json(),
+                "gate": None if self.gate is None else self.gate.to_json(),
+                "coverage": None if self.coverage is None else self.coverage.to_json(),
                 "suggestions": list(self.suggestions), "cost_model": self.cost_model}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "PartitionRecord":
         return cls(str(d["policy"]), str(d["select"]), int(d["min_compute"]),
-                   d["gate"] and GateRecord.from_json(d["gate"]),
-                   d["coverage"] and CoverageRecord.from_json(d["coverage"]),
+                   _optional(GateRecord.from_json, d["gate"]), _optional(CoverageRecord.from_json, d["coverage"]),
                    _strs(d["suggestions"]), str(d["cost_model"]))
 
 
@@ -304,7 +304,7 @@ class Manifest:
             "inputs": [t.to_json() for t in self.inputs],
             "constant_inputs": [c.to_json() for c in self.constant_inputs],
             "outputs": [t.to_json() for t in self.outputs],
-            "weights": self.weights and self.weights.to_json(),
+            "weights": None if self.weights is None else self.weights.to_json(),
             "regions": [r.to_json() for r in self.regions],
             "schedule": list(self.schedule),
             "boundary_tensors": {k: v.to_json() for k, v in self.boundary_tensors},
@@ -331,7 +331,7 @@ class Manifest:
             tuple(map(TensorSig.from_json, d["inputs"])),
             tuple(map(TensorSig.from_json, d["outputs"])),
             tuple(map(ConstantInput.from_json, d.get("constant_inputs", []))),
-            d["weights"] and Weights.from_json(d["weights"]),
+            _optional(Weights.from_json, d["weights"]),
             tuple(map(RegionEntry.from_json, d["regions"])),
             _strs(d["schedule"]),
             tuple((str(k), BoundaryTensor.from_json(v)) for k, v in d["boundary_tensors"].items()),
@@ -340,7 +340,7 @@ class Manifest:
             tuple(map(GraphNode.from_json, d["graph"])),
             _strs(d.get("build_machine", {}).get("cpu_flags", [])),
             tuple((str(k), str(v)) for k, v in d["toolchain"].items()),
-            Verification.from_json(d["verification"]) if d.get("verification") else None,
+            _optional(Verification.from_json, d.get("verification")),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")
@@ -435,6 +435,11 @@ def _strs(items: Any) -> tuple[str, ...]:
     if isinstance(items, (str, bytes)):
         raise TypeError(f"expected a list of strings, got {type(items).__name__}")
     return tuple(str(x) for x in items)
+
+
+def _optional(parse: Callable[[dict[str, Any]], Any], value: Any) -> Any:
+    """None stays None; anything else must parse (an empty or wrong record is malformed)."""
+    return None if value is None else parse(value)
 
 
 def _opt_str(value: Any) -> str | None:

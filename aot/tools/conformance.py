@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from aot.target import Target
+
 CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
 
 
@@ -52,7 +54,6 @@ def run_case(case, accel: str) -> CaseResult:
     from aot.errors import CompileError, ImporterError, ModelError, OutlineError, PartitionError
     from aot.options import BuildOptions
     from aot.pipeline import build
-    from aot.target import Target
 
     start = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="aot-conf-"))
@@ -215,7 +216,7 @@ def _run_named(args: tuple[str, str]) -> CaseResult:
 
 
 def run(target: str, pattern: str | None = None, limit: int | None = None, workers: int = 2) -> dict:
-    accel = {"llvm-cpu": "none", "vulkan-spirv": "vulkan", "cuda": "cuda"}[target]
+    accel = "none" if Target.parse(target).is_host else target
     names = [c.name for c in collect(pattern, limit)]
     # Spawned, not forked, workers: a caller that has run IREE (pytest after the device tests) has
     # runtime threads and locks that do not survive a fork, and a forked worker's first invoke

@@ -90,6 +90,7 @@ def test_external_data_outside_model_folder_is_refused(tmp_path):
         load.load(p)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("payload", [b"", b"garbage" * 10, "truncate", "custom_domain"])
 def test_cli_failed_build_keeps_the_previous_bundle(tmp_path, example_model, payload):
     out = tmp_path / "art"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,14 @@ def test_measurements_replace_estimates_without_touching_the_rest():
     measured = m.with_measurements({"r0": 7.12345}, gate)
     assert measured.regions[0].measured_us == 7.123 and measured.partition.gate == gate
     assert dataclasses.replace(measured, regions=m.regions, partition=m.partition) == m
+
+
+def test_a_manifest_written_before_the_typed_manifest_reads_and_round_trips_exactly():
+    """tests/runtime/golden/: the example's manifest.json as aot wrote it at 567cc05 (dict-based,
+    schema 1, verified on lavapipe). Bundles built then keep loading, and nothing is lost."""
+    data = json.loads((Path(__file__).with_name("golden") / "tiny_cnn-schema1-567cc05.manifest.json").read_text())
+    m = Manifest.from_json(data)
+    assert m.to_json() == data
+    assert [(r.name, str(r.target), r.target.driver) for r in m.regions] == [
+        ("r0", "vulkan-spirv:llvmpipe", "vulkan"), ("r1", "llvm-cpu:host", "local-task")]
+    assert m.verification.checked[0].ok and m.partition.gate.accepted and m.partition.coverage.supported == 14

@@ -8,10 +8,8 @@ import pytest
 
 import aot
 from aot.checks import golden as check
-from aot.errors import ModelError
 from aot.options import BuildOptions
 from aot.partition.support import Overrides
-from aot.runtime.manifest import file_sha256
 from aot.target import Target
 from aot.tools import samples, zoo
 from conftest import ATOL, RTOL, golden
@@ -194,12 +192,3 @@ def test_vad_streams_with_state_and_finds_the_speech(accel, corpus_bundle):
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
     assert (ours[label == 1] > 0.5).all() and (ours[label == 0] < 0.5).all()
     assert (label == 1).sum() >= 20 and (label == 0).sum() >= 40
-
-
-def test_fetch_uses_the_cache_and_checks_hashes():
-    entry = zoo.by_name("mtcnn-onet")
-    first = zoo.fetch(entry)
-    assert zoo.fetch(entry) == first  # cache hit
-    assert first.with_name(first.name + ".sha256").read_text().strip() == file_sha256(first)
-    with pytest.raises(ModelError, match="unknown zoo model 'nope'"):
-        zoo.by_name("nope")
