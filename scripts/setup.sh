@@ -23,8 +23,12 @@ fi
 
 have_vulkan() {
   # no `grep -q` here: it closes the pipe early and pipefail would turn that into a failure
-  ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null &&
-    ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1
+  ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null || return 1
+  # One ICD in either folder is enough (`ls` of both globs fails when one folder is empty).
+  for icd in /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json; do
+    [ -e "$icd" ] && return 0
+  done
+  return 1
 }
 if have_vulkan; then
   echo "setup: Vulkan loader and an ICD are present"
@@ -33,7 +37,6 @@ elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
-  ldconfig 2>/dev/null || true  # refresh the cache have_vulkan reads (stale right after the install)
   if have_vulkan; then echo "setup: Vulkan driver installed"; else echo "setup: WARNING: Vulkan still not found"; fi
 else
   echo "setup: WARNING: no Vulkan driver, and no root/apt-get to install one."
