@@ -4,6 +4,7 @@ because the machines are shared and noisy. Both builds are plans of one planned 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass
@@ -53,15 +54,27 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
             ("onnxruntime (cpu)", lambda: ort_session.run(names, inputs)),
         ]
         _same_answers([f() for _, f in contenders])  # a fast wrong answer is not a result
-        times: dict[str, list[float]] = {name: [] for name, _ in contenders}
-        for i in range(warmup + iterations):
-            for name, f in contenders:
-                start = time.perf_counter()
-                f()
-                if i >= warmup:
-                    times[name].append((time.perf_counter() - start) * 1e3)
+        times = interleaved(contenders, warmup, iterations)
     medians = tuple((name, statistics.median(ts)) for name, ts in times.items())
     return BenchResult(manifest.model.name, len(manifest.regions), iterations, medians)
+
+
+def interleaved(contenders: list[tuple[str, Callable[[], object]]], warmup: int,
+                iterations: int) -> dict[str, list[float]]:
+    """Milliseconds per call of each contender, measured in turns, each turn in the next of all
+    possible orders. A fixed or merely rotated order charges one contender for what another
+    leaves running: onnxruntime's worker threads spin after each run, and whichever module ran
+    right after it looked up to 30% slower than the same module elsewhere in the turn (ppocr-rec).
+    Over all orders every contender follows every other equally often."""
+    orders = list(itertools.permutations(contenders))
+    times: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    for i in range(warmup + iterations):
+        for name, f in orders[i % len(orders)]:
+            start = time.perf_counter()
+            f()
+            if i >= warmup:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return times
 
 
 def _same_answers(results: list) -> None:

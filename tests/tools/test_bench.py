@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 
 from conftest import run_aot
 
-pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
+from aot.tools.bench import interleaved
 
 
+@pytest.mark.device  # compiles with IREE and runs on a real device
 def test_bench_prints_medians_and_ratios(example_model, tmp_path):
     out = run_aot("bench", str(example_model), "-o", str(tmp_path / "bench"), "--iterations", "5").stdout
     assert re.search(r"ratio bundle/whole:\s+\d+\.\d+", out)
     assert re.search(r"ratio bundle/onnxruntime:\s+\d+\.\d+", out)
     assert out.count("median") == 3 and "2 region(s)" in out
+
+
+def test_interleaving_lets_every_contender_follow_every_other_equally_often():
+    calls: list[str] = []
+    contenders = [(name, lambda name=name: calls.append(name)) for name in "abc"]
+    times = interleaved(contenders, warmup=0, iterations=12)
+    assert {k: len(v) for k, v in times.items()} == {"a": 12, "b": 12, "c": 12}
+    turns = [calls[i:i + 3] for i in range(0, len(calls), 3)]
+    after = Counter((x, y) for turn in turns for x, y in zip(turn, turn[1:]))
+    assert set(after.values()) == {4} and len(after) == 6   # each ordered pair, equally often
