@@ -43,6 +43,7 @@ class Planned:
     view: GraphView
     plan: Plan
     options: PartitionOptions
+    cost: CostModel              # loaded once: estimates for every candidate and the plan summary
     record: PartitionRecord      # how the plan was made, as the manifest states it
 
 
@@ -67,12 +68,13 @@ def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: 
         plan = make_plan(view, popts)
     tips = suggestions(view, popts, plan) if suggest and options.plan_file is None else ()
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
+    cost = CostModel.load(popts.accel_target, popts.cost_params)
     record = PartitionRecord(
         popts.policy, popts.select, popts.min_compute, _gate_record(plan),
         cov and CoverageRecord(cov.target, cov.supported, cov.total,
                                tuple(UnsupportedOp(*u) for u in cov.unsupported)),
-        tips, CostModel.load(popts.accel_target, popts.cost_params).source)
-    return Planned(source, view, plan, popts, record)
+        tips, cost.source)
+    return Planned(source, view, plan, popts, cost, record)
 
 
 def whole_model(planned: Planned) -> Planned:
@@ -150,9 +152,8 @@ class _Compiler:
         fallbacks = sum(c.fallback is not None for c in compiled)
         self.clock.done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, "
                                    f"{fallbacks} fell back")
-        cost = CostModel.load(self.planned.options.accel_target, self.planned.options.cost_params)
         estimates = {c.region: region_estimate(plan.region(c.region).nodes, HOST if c.target.is_host else ACCEL,
-                                               self.planned.view, cost) for c in compiled}
+                                               self.planned.view, self.planned.cost) for c in compiled}
         record = dataclasses.replace(self.planned.record, gate=_gate_record(plan))
         manifest = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
                             estimates, self.weights_sha256)
