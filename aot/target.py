@@ -20,6 +20,18 @@ _BACKENDS = {
 }
 # Up to this many bytes of load-time constants per expression (see Target.compile_flags).
 VULKAN_HOIST_LIMIT = 256 << 20
+
+# Optimisation flags every region gets unless tuning picked others (see docs/performance.md for
+# the measurements). llvm-cpu: im2col turns convolutions into matmuls, 1.6-2.0x on the corpus'
+# CNNs (PP-OCR, MTCNN) and neutral on MiniLM. Not here, because they do not hold for every model:
+# --iree-opt-level=O2/O3 (MiniLM's int8 attention then exceeds the 32 KiB stack-allocation limit
+# and fails to compile) and --iree-opt-data-tiling (0.8-0.9x on MiniLM, 1.05x on PP-OCR for 3x
+# the compile time). The tuner tries both per region, where a failure only rejects a candidate.
+_DEFAULT_OPT = {
+    "llvm-cpu": ("--iree-global-opt-use-im2col-for-convs=true",),
+    "vulkan-spirv": (),
+    "cuda": (),
+}
 _ALIASES = {"cpu": "llvm-cpu", "host": "llvm-cpu", "vulkan": "vulkan-spirv", "llvm-cpu": "llvm-cpu",
             "vulkan-spirv": "vulkan-spirv", "cuda": "cuda"}
 
@@ -71,11 +83,21 @@ class Target:
     def is_host(self) -> bool:
         return self.backend == "llvm-cpu"
 
-    def compile_flags(self, keep_f64: bool = False) -> tuple[str, ...]:
-        """`keep_f64`: the region has float64 tensors. IREE demotes f64 to f32 by default, so such a
+    @property
+    def default_opt_flags(self) -> tuple[str, ...]:
+        """The optimisation flags a region gets when it was not tuned."""
+        return _DEFAULT_OPT[self.backend]
+
+    def compile_flags(self, keep_f64: bool = False, opt: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """The target's own flags, then ``opt`` (optimisation flags; None: the defaults).
+
+        `keep_f64`: the region has float64 tensors. IREE demotes f64 to f32 by default, so such a
         region would return f32 bytes where the manifest promises f64; CPUs and CUDA compute f64
         natively. Only then: without demotion, the f64 scalars IREE's torch lowering makes for
         other models (MTCNN) do not legalize on the host VM."""
+        return (*self._device_flags(keep_f64), *(self.default_opt_flags if opt is None else opt))
+
+    def _device_flags(self, keep_f64: bool) -> tuple[str, ...]:
         f64 = ("--iree-input-demote-f64-to-f32=false",) if keep_f64 else ()
         if self.backend == "llvm-cpu":
             return ("--iree-hal-target-device=local",

@@ -45,7 +45,7 @@ def test_default_options_hold_parsed_targets():
 def test_llvm_cpu_flags():
     flags = Target.host("x86-64-v3").compile_flags()
     assert flags == ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                     "--iree-llvmcpu-target-cpu=x86-64-v3")
+                     "--iree-llvmcpu-target-cpu=x86-64-v3", "--iree-global-opt-use-im2col-for-convs=true")
     assert "--iree-input-demote-f64-to-f32=false" in Target.host().compile_flags(keep_f64=True)
 
 
@@ -59,6 +59,14 @@ def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
 
 def test_cuda_flags():
     assert Target.parse("cuda:sm_80").compile_flags() == ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80")
+
+
+def test_optimisation_flags_replace_the_defaults_and_keep_the_device_flags():
+    host = Target.host()
+    assert host.compile_flags(opt=("--iree-opt-level=O2",))[-1] == "--iree-opt-level=O2"
+    assert host.default_opt_flags[0] not in host.compile_flags(opt=())
+    assert host.compile_flags(opt=())[:3] == host.compile_flags()[:3]
+    assert Target.parse("cuda").compile_flags(opt=("--iree-opt-level=O3",))[-1] == "--iree-opt-level=O3"
 
 
 def test_compile_argv_is_the_tool_the_input_the_flags_and_the_output():
