@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_build_options(b)
     b.set_defaults(func=_cmd_build)
 
+    t = sub.add_parser("tune", help="tune an existing build: search each region's flags and the host runtime")
+    t.add_argument("build", help="the directory given to `aot build -o` (its source model must still exist)")
+    _add_tune_options(t)
+    t.set_defaults(func=_cmd_tune)
+
     pl = sub.add_parser("plan", help="partition MODEL without compiling; write the plan as JSON")
     pl.add_argument("model")
     pl.add_argument("-o", "--output", help="plan.json to write (default: print it)")
@@ -120,10 +125,23 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=D.verify,
                    help="run each accelerator region on its device against onnxruntime; move failures "
                         "to the host (default: on when the device is present)")
+    p.add_argument("--tune", action="store_true", default=D.tune,
+                   help="search each region's compile flags on its device and the host runtime's threading; "
+                        "keep the fastest that matches onnxruntime (cached: a second run times nothing)")
+    _add_tune_options(p)
     p.add_argument("--plan", help="build exactly this plan.json (validated first)")
     p.add_argument("--name", help="model name for the manifest and the stub class (default: the graph name)")
     p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
                    help="write the stage's output into OUTPUT/build")
+
+
+def _add_tune_options(p: argparse.ArgumentParser) -> None:
+    from aot.options import DEFAULTS as D
+
+    p.add_argument("--tune-repeats", type=int, default=D.tune_repeats, metavar="N",
+                   help="timed calls per tuning candidate (warm medians, interleaved)")
+    p.add_argument("--cluster", default=D.cluster, metavar="ADDRESS",
+                   help="run compile jobs on this Dask scheduler (tcp://HOST:8786) instead of a local pool")
 
 
 def _build_options(args: argparse.Namespace):
@@ -145,7 +163,8 @@ def _build_options(args: argparse.Namespace):
         accel_compile_timeout=args.accel_compile_timeout, measure=args.measure, verify=args.verify,
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
-        plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name)
+        plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name,
+        tune=args.tune, tune_repeats=args.tune_repeats, cluster=args.cluster)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -158,6 +177,18 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"region {r.name}: {r.target} {len(r.nodes)} nodes{note}", file=sys.stderr)
     print(result.bundle.path)
     print(result.bundle.stub)
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from aot import api
+
+    result = api.tune(Path(args.build), repeats=args.tune_repeats, cluster=args.cluster,
+                      progress=lambda s: print(s, file=sys.stderr))
+    from aot import report
+
+    print(report.tuning_text(result.bundle.manifest))
+    print(result.bundle.path)
     return 0
 
 

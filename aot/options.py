@@ -43,6 +43,9 @@ class BuildOptions:
                                              # SPIR-V pipeline took minutes on some regions)
     verify: bool | None = None               # check accelerator regions on their device (None: when present)
     measure: bool = False                    # time regions on the real devices; gate on measurements
+    tune: bool = False                       # search each region's compile flags and the host runtime
+    tune_repeats: int = 20                   # timed calls per tuning candidate (warm, interleaved)
+    cluster: str | None = None               # a Dask scheduler address: compile jobs run there
     dump_after: frozenset[str] = frozenset() # stages whose output goes to OUTPUT/build
 
     def partition_options(self) -> PartitionOptions:

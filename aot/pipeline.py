@@ -1,8 +1,8 @@
 """The build, as one straight line of stages over frozen values:
 
-    load -> plan -> import -> outline -> compile -> stage -> verify -> measure -> publish
+    load -> plan -> import -> outline -> compile -> stage -> verify -> tune -> measure -> publish
 
-Verification and the measured gate do not rebuild: they return a new plan, the pipeline compiles
+Verification, tuning and the measured gate do not rebuild: they return a new plan, the pipeline compiles
 it again (the content-hash cache makes unchanged regions free) and stages a new candidate. Exactly
 one candidate is published, once, atomically.
 """
@@ -21,6 +21,7 @@ from aot.checks.reference import random_inputs
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.lower.compile import CompileJob, compile_all
+from aot.lower.executor import Executor, executor_for
 from aot.lower.importer import ImportedModule, import_model
 from aot.lower.outline import outline
 from aot.options import BuildOptions
@@ -30,6 +31,8 @@ from aot.partition.partitioner import PartitionOptions, single_region_plan, sugg
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
 from aot.runtime.manifest import (CoverageRecord, GateRecord, PartitionRecord, RegionCheck, UnsupportedOp,
                                   Verification, file_sha256)
+from aot.tune.runtime import choose_host_runtime
+from aot.tune.search import TuneSettings, tune_regions
 from aot.workspace import Workspace
 
 Progress = Callable[[str], None]
@@ -107,6 +110,7 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
     clock = clock or _Clock(progress)
     ws = Workspace(Path(out_dir))
     ws.prepare()
+    executor = executor_for(options.cluster)
     try:
         if "plan" in options.dump_after:
             planned.plan.save(ws.build / "01-plan.json")
@@ -114,15 +118,19 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
         if "import" in options.dump_after:
             (ws.build / "02-import.mlir").write_text(imported.mlir)
         clock.done("import", f"weights in {ws.params.name}")
-        compile_ = _Compiler(ws, planned, imported, file_sha256(imported.params_path), options, clock)
+        compile_ = _Compiler(ws, planned, imported, file_sha256(imported.params_path), options, clock, executor)
         staged = compile_(planned.plan, "built")
         if _should_verify(staged, options):
             staged = _verified(staged, planned, compile_, progress)
+        if options.tune:
+            staged = _tuned(staged, planned, compile_, options, progress)
+            clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
         if options.measure and len(staged.plan.regions) > 1:
             staged = _measured_gate(staged, planned, compile_, ws, progress)
         bundle = publish_bundle(staged, ws.bundle)
         clock.done("publish", str(bundle.path))
     finally:
+        executor.close()
         ws.discard_staging()
     return BuildResult(bundle, staged.plan, clock.timings())
 
@@ -137,8 +145,10 @@ class _Compiler:
     weights_sha256: str
     options: BuildOptions
     clock: "_Clock"
+    executor: Executor
 
-    def __call__(self, plan: Plan, candidate: str) -> Staged:
+    def __call__(self, plan: Plan, candidate: str, opt: dict[str, tuple[str, ...]] | None = None) -> Staged:
+        """``opt``: region -> optimisation flags (tuned); other regions get their target's defaults."""
         outlined = outline(self.imported, plan, self.planned.view)
         for o in outlined:
             path = self.ws.region_mlir(candidate, o.name)
@@ -146,9 +156,11 @@ class _Compiler:
             path.write_text(o.mlir)
         self.clock.done("outline", f"{len(outlined)} module(s) in {path.parent}")
         host, accel = self.options.host, self.options.accel
-        jobs = [CompileJob(r.name, self.ws.region_mlir(candidate, r.name), accel if r.device == ACCEL and accel else host)
-                for r in plan.regions]
-        compiled = compile_all(jobs, self.ws.cache, fallback=host, accel_timeout=self.options.accel_compile_timeout)
+        opt = opt or {}
+        jobs = [CompileJob(r.name, self.ws.region_mlir(candidate, r.name), accel if r.device == ACCEL and accel else host,
+                           opt.get(r.name)) for r in plan.regions]
+        compiled = compile_all(jobs, self.ws.cache, fallback=host, accel_timeout=self.options.accel_compile_timeout,
+                               executor=self.executor)
         fallbacks = sum(c.fallback is not None for c in compiled)
         self.clock.done("compile", f"{len(compiled)} region(s), {sum(c.cached for c in compiled)} cached, "
                                    f"{fallbacks} fell back")
@@ -159,7 +171,7 @@ class _Compiler:
                             estimates, self.weights_sha256)
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path)
-        return Staged(path, manifest, plan)
+        return Staged(path, manifest, plan, self.ws.region_mlir(candidate, "r").parent)
 
 
 def _should_verify(staged: Staged, options: BuildOptions) -> bool:
@@ -188,6 +200,29 @@ def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: P
         progress(f"verify   moving {', '.join(c.region for c in bad)} to the host and compiling again")
         staged = compile_(verify.move_to_host(staged.plan, bad), f"verified-{round_}")
     raise AssertionError("verification did not converge")  # unreachable: each round moves a region
+
+
+def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: BuildOptions,
+           progress: Progress) -> Staged:
+    """Search each region's flags on its device, compile the winners, then choose the host
+    runtime for the tuned bundle. Candidates are checked against onnxruntime like verification
+    does, so the tuned bundle keeps the verification record."""
+    settings = TuneSettings(options.tune_repeats, accel_timeout=options.accel_compile_timeout)
+    inputs = random_inputs(staged.manifest.inputs, seed=0)
+    reference = {**verify.reference_values(planned.source.model, inputs), **inputs}
+    assert staged.sources is not None
+    tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: staged.sources / f"{r}.mlir",
+                           compile_.ws.cache, compile_.executor, settings, progress)
+    winners = {r: next(c.flags for c in t.candidates if c.name == t.winner) for r, t in tunings.items()}
+    # A region that fell back to the host was tuned for the host: compile it for the host.
+    plan = dataclasses.replace(staged.plan, regions=tuple(
+        dataclasses.replace(r, device=HOST) if staged.manifest.region(r.name).target.is_host else r
+        for r in staged.plan.regions))
+    tuned = compile_(plan, "tuned", winners)
+    regions = tuple(dataclasses.replace(r, tuning=tunings[r.name]) for r in tuned.manifest.regions)
+    manifest = dataclasses.replace(tuned.manifest, regions=regions, verification=staged.manifest.verification)
+    runtime = choose_host_runtime(tuned.path, manifest, compile_.ws.cache, settings, progress)
+    return dataclasses.replace(tuned, manifest=dataclasses.replace(manifest, host_runtime=runtime))
 
 
 def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Workspace,

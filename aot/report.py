@@ -83,6 +83,8 @@ def text(m: Manifest) -> str:
             lines.append(f"  {c.region}: {'ok' if c.ok else 'FAILED'} (max abs diff {diff})")
         for c in m.verification.moved_to_host:
             lines.append(f"  {c.region}: moved to the host: {c.error}")
+    if any(r.tuning for r in m.regions) or m.host_runtime:
+        lines += ["", tuning_text(m)]
     reasons = Counter(reason for _, reason in m.host_reasons)
     if reasons:
         lines.append("\nwhy nodes are on the host:")
@@ -91,6 +93,29 @@ def text(m: Manifest) -> str:
     for tip in part.suggestions:
         lines.append(f"suggestion: {tip}")
     return "\n".join(lines)
+
+
+def tuning_text(m: Manifest) -> str:
+    """Per region: the winning flag set, its time and the default's; every rejection and why."""
+    lines = ["tuning (warm medians on the region's device; candidates checked against onnxruntime):"]
+    for r in m.regions:
+        t = r.tuning
+        if t is None:
+            lines.append(f"  {r.name}: not tuned (flags: {' '.join(r.flags) or 'none'})")
+            continue
+        speed = f"{t.speedup:.2f}x" if t.speedup else "-"
+        lines.append(f"  {r.name}: {t.winner} {_us(t.best_us)} vs default {_us(t.default_us)} ({speed}) on {t.device}")
+        lines.append(f"      flags: {' '.join(r.flags) or '(none)'}")
+        for c in t.candidates:
+            lines.append(f"      {c.name:28s} {_us(c.median_us):>12s}  {c.rejected or ''}"[:220])
+    if m.host_runtime:
+        rt = m.host_runtime
+        lines.append(f"host runtime: {rt.label} (" + ", ".join(f"{k}: {_us(v)}" for k, v in rt.measured) + ")")
+    return "\n".join(lines)
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} us"
 
 
 def svg(m: Manifest, width: int = 1500) -> str:
@@ -177,6 +202,8 @@ def html_page(m: Manifest) -> str:
     gate_html = (f"<p><b>Gate:</b> {'partition accepted' if gate.accepted else 'partition rejected'} &mdash; "
                  f"{esc(gate.detail)}</p>") if gate else "<p><b>Gate:</b> not applied (one region, or --no-gate)</p>"
     tips = "".join(f"<li>{esc(t)}</li>" for t in part.suggestions)
+    tuned = (f"<h2>Tuning</h2><pre>{esc(tuning_text(m))}</pre>"
+             if any(r.tuning for r in m.regions) or m.host_runtime else "")
     legend = " ".join(f"<span style='background:{c};padding:2px 8px;border-radius:3px'>{esc(t)}</span>" for t, c in COLORS.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>aot report: {esc(m.model.name)}</title>
@@ -189,6 +216,7 @@ schedule {esc(' → '.join(m.schedule))}; policy {esc(part.policy)}, select {esc
 <h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
 <h2>Unsupported operators</h2>{f'<table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>' if unsupported else '<p>none: every node is supported by the accelerator target</p>'}
 {f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
+{tuned}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>
 <div class="pic">{svg(m)}</div>
 </body></html>

@@ -36,6 +36,7 @@ class Staged:
     path: Path
     manifest: Manifest
     plan: Plan
+    sources: Path | None = None   # the folder of region MLIR it was compiled from (region.mlir)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ def describe(source: ModelSource, view: GraphView, plan: Plan, partition: Partit
         c, r, e = by_name[o.name], plan.region(o.name), estimates[o.name]
         regions.append(RegionEntry(o.name, c.target, r.device, f"modules/{o.name}.vmfb", o.function, o.inputs,
                                    o.outputs, r.nodes, e.compute_nodes, e.flops, e.estimated_us, c.sha256,
-                                   c.fallback))
+                                   c.fallback, flags=c.opt_flags))
         for v in (*o.inputs, *o.outputs):
             val = view.values[v]
             boundary[v] = BoundaryTensor(val.dtype, val.shape, val.nbytes)

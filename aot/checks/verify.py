@@ -13,6 +13,7 @@ import onnx
 
 from aot import runtime
 from aot.checks import reference
+from aot.checks.compare import VERIFY_RTOL, within
 from aot.errors import DeviceError
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
@@ -34,19 +35,8 @@ def reference_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> d
     return dict(zip(names, session.run(names, inputs)))
 
 
-def within(actual: np.ndarray, expected: np.ndarray, rtol: float) -> tuple[bool, float]:
-    """Outputs match when no element differs by more than rtol times the reference's scale."""
-    if actual.shape != expected.shape:
-        return False, float("inf")
-    a, e = actual.astype(np.float64), expected.astype(np.float64)
-    if np.isnan(a).any() != np.isnan(e).any():
-        return False, float("nan")
-    diff = float(np.nanmax(np.abs(a - e), initial=0.0))
-    return diff <= rtol * max(1.0, float(np.nanmax(np.abs(e), initial=0.0))), diff
-
-
 def verify_regions(bundle: Path, manifest: Manifest, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-                   rtol: float = 1e-3) -> tuple[RegionCheck, ...]:
+                   rtol: float = VERIFY_RTOL) -> tuple[RegionCheck, ...]:
     """Check every accelerator region of the (staged) bundle at ``bundle`` on its device."""
     accel = [r for r in manifest.regions if not r.target.is_host]
     if not accel:  # nothing to check (e.g. every region was just moved to the host)

@@ -1,17 +1,17 @@
-"""Compile regions with ``iree-compile``: parallel subprocesses, content-hash cache, atomic writes,
-per-region fallback from the accelerator to llvm-cpu."""
+"""Compile regions with ``iree-compile``: jobs through an executor (local pool or cluster), a
+content-hash cache, atomic writes, per-region fallback from the accelerator to llvm-cpu."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
-from aot.errors import CompileError
+from aot.errors import AotError, CompileError
+from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
+                                iree_compile_path)
 from aot.runtime.manifest import file_sha256
 from aot.target import Target
 
@@ -23,6 +23,12 @@ class CompileJob:
     region: str
     mlir: Path
     target: Target
+    opt: tuple[str, ...] | None = None   # optimisation flags (None: the target's defaults)
+    label: str = ""                      # e.g. the tuning candidate, for messages
+
+    @property
+    def opt_flags(self) -> tuple[str, ...]:
+        return self.target.default_opt_flags if self.opt is None else self.opt
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,71 +40,78 @@ class CompiledRegion:
     fallback: str | None      # why the accelerator compile failed, when it fell back to the host
     cached: bool
     seconds: float
+    opt_flags: tuple[str, ...] = ()
 
 
-def iree_compile_path() -> str:
-    from iree.compiler.tools import binaries
-
-    return binaries.find_tool("iree-compile")
-
-
-def compile_argv(tool: str, mlir: Path, out: Path, target: Target, keep_f64: bool = False) -> list[str]:
+def compile_argv(tool: str, mlir: Path, out: Path, target: Target, keep_f64: bool = False,
+                 opt: tuple[str, ...] | None = None) -> list[str]:
     """The exact command line for one region (pure: easy to test and to print as a repro)."""
-    return [tool, str(mlir), *target.compile_flags(keep_f64), "-o", str(out)]
+    return [tool, str(mlir), *target.compile_flags(keep_f64, opt), "-o", str(out)]
 
 
-def compiler_version() -> str:
-    from importlib.metadata import version
-
-    return version("iree-base-compiler")
-
-
-def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, workers: int | None = None,
+def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, executor: Executor | None = None,
                 fallback: Target | None = Target.host()) -> tuple[CompiledRegion, ...]:
     """Compile every job; an accelerator job that fails, or outlasts ``accel_timeout`` seconds
     (some regions take IREE's SPIR-V pipeline many minutes; the host is quicker), is compiled
-    again for ``fallback`` (llvm-cpu).
+    again for ``fallback`` (llvm-cpu) with the host's default flags.
 
     A host compile failure raises CompileError (there is nothing left to fall back to)."""
-    tool = iree_compile_path()
-    workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        return tuple(pool.map(lambda j: _compile_with_fallback(tool, j, cache, fallback, accel_timeout), jobs))
+    results = compile_many(jobs, cache, accel_timeout=accel_timeout, executor=executor)
+    retry = {i: CompileJob(j.region, j.mlir, fallback) for i, (j, r) in enumerate(zip(jobs, results))
+             if isinstance(r, CompileError) and not j.target.is_host and fallback is not None}
+    if retry:
+        redone = dict(zip(retry, compile_many(list(retry.values()), cache, accel_timeout=accel_timeout,
+                                              executor=executor)))
+        for i, host in redone.items():
+            if isinstance(host, CompiledRegion):
+                reason = f"{jobs[i].target} compile failed, fell back to llvm-cpu: {results[i].stderr_tail[-600:]}"
+                host = replace(host, fallback=reason)
+            results[i] = host
+    for r in results:
+        if isinstance(r, CompileError):
+            raise r
+    return tuple(results)
 
 
-def _compile_with_fallback(tool: str, job: CompileJob, cache: Path, fallback: Target | None,
-                           accel_timeout: float) -> CompiledRegion:
-    try:
-        return _compile_one(tool, job, cache, COMPILE_TIMEOUT_S if job.target.is_host else accel_timeout)
-    except CompileError as e:
-        if job.target.is_host or fallback is None:
-            raise
-        host = _compile_one(tool, CompileJob(job.region, job.mlir, fallback), cache)
-        reason = f"{job.target} compile failed, fell back to llvm-cpu: {e.stderr_tail[-600:]}"
-        return CompiledRegion(host.region, host.target, host.vmfb, host.sha256, reason, host.cached, host.seconds)
+def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: float,
+                 executor: Executor | None = None) -> list[CompiledRegion | CompileError]:
+    """Each job's module from ``cache`` or compiled through ``executor``; a failure is returned as
+    its CompileError (the tuner rejects such a candidate, the build raises it)."""
+    version = compiler_version()
+    results: list[CompiledRegion | CompileError | None] = []
+    pending: list[tuple[int, CompileJob, CompileTask, Path]] = []
+    for i, job in enumerate(jobs):
+        text = job.mlir.read_bytes()
+        keep_f64 = b",f64>" in text  # a float64 tensor type in the region (see Target.compile_flags)
+        flags = job.target.compile_flags(keep_f64, job.opt)
+        key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(flags).encode(),
+                                         version.encode()])).hexdigest()[:32]
+        out = cache / f"{key}.vmfb"
+        if out.exists():
+            results.append(CompiledRegion(job.region, job.target, out, file_sha256(out), None, True, 0.0, job.opt_flags))
+            continue
+        results.append(None)
+        timeout = COMPILE_TIMEOUT_S if job.target.is_host else accel_timeout
+        pending.append((i, job, CompileTask(f"{job.region}{job.label and ' ' + job.label}", text, flags, timeout), out))
+    if pending:
+        executor = executor or LocalPool()
+        for (i, job, task, out), outcome in zip(pending, executor.run([p[2] for p in pending])):
+            results[i] = _store(job, task, outcome, out, version)
+    return results  # type: ignore[return-value]
 
 
-def _compile_one(tool: str, job: CompileJob, cache: Path, timeout: float = COMPILE_TIMEOUT_S) -> CompiledRegion:
-    text = job.mlir.read_bytes()
-    keep_f64 = b",f64>" in text  # a float64 tensor type in the region (see Target.compile_flags)
-    key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(job.target.compile_flags(keep_f64)).encode(),
-                                     compiler_version().encode()])).hexdigest()[:32]
-    out = cache / f"{key}.vmfb"
-    if out.exists():
-        return CompiledRegion(job.region, job.target, out, file_sha256(out), None, True, 0.0)
-    # iree-compile -o is not atomic (a failed run deletes the old file, concurrent runs can swap
-    # files): compile to a private temp name and rename into place only on success.
-    tmp = cache / f"{key}.{os.getpid()}.{job.region}.tmp"
-    argv = compile_argv(tool, job.mlir, tmp, job.target, keep_f64)
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(job.region, argv, -1, f"error: iree-compile timed out after {timeout:.0f}s") from e
-    if proc.returncode != 0 or not tmp.exists():
-        tmp.unlink(missing_ok=True)
-        # A negative return code is a crash (signal); it is a failed region, not a dead build tool.
-        raise CompileError(job.region, argv, proc.returncode, proc.stderr or proc.stdout or "no output")
+def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Path,
+           version: str) -> CompiledRegion | CompileError:
+    if outcome.compiler != version:
+        raise AotError(f"a compile worker has iree-base-compiler {outcome.compiler}; this build uses {version}",
+                       hint=f"install iree-base-compiler=={version} on every cluster worker")
+    if outcome.vmfb is None:
+        # The repro names this machine's files, not the worker's temporary ones.
+        argv = compile_argv(iree_compile_path(), job.mlir, out, job.target, b",f64>" in task.mlir, job.opt)
+        return CompileError(task.label, argv, outcome.returncode, outcome.log)
+    # Write to a private name and rename: a reader never sees half a module, and concurrent
+    # builds sharing the cache write identical bytes.
+    tmp = out.with_name(f"{out.stem}.{os.getpid()}.tmp")
+    tmp.write_bytes(outcome.vmfb)
     os.replace(tmp, out)
-    return CompiledRegion(job.region, job.target, out, file_sha256(out), None, False, time.perf_counter() - start)
+    return CompiledRegion(job.region, job.target, out, file_sha256(out), None, False, outcome.seconds, job.opt_flags)

@@ -104,6 +104,8 @@ class RegionEntry:
     sha256: str               # of the module
     fallback: str | None      # why the accelerator compile failed, when it fell back to the host
     measured_us: float | None = None
+    flags: tuple[str, ...] = ()       # optimisation flags it was compiled with (beyond the target's)
+    tuning: "Tuning | None" = None    # the flag search that chose ``flags``, when it was tuned
 
     def to_json(self) -> dict[str, Any]:
         d = {"name": self.name, "target": self.target.backend, "arch": self.target.arch,
@@ -113,6 +115,10 @@ class RegionEntry:
              "estimated_us": self.estimated_us, "sha256": self.sha256, "fallback": self.fallback}
         if self.measured_us is not None:
             d["measured_us"] = self.measured_us
+        if self.flags:
+            d["flags"] = list(self.flags)
+        if self.tuning is not None:
+            d["tuning"] = self.tuning.to_json()
         return d
 
     @classmethod
@@ -123,7 +129,78 @@ class RegionEntry:
         return cls(str(d["name"]), target, str(d["planned_device"]), str(d["module"]), str(d["function"]),
                    _strs(d["inputs"]), _strs(d["outputs"]), _strs(d["nodes"]), int(d["compute_nodes"]),
                    int(d["flops"]), float(d["estimated_us"]), str(d["sha256"]), _opt_str(d["fallback"]),
-                   None if d.get("measured_us") is None else float(d["measured_us"]))
+                   None if d.get("measured_us") is None else float(d["measured_us"]),
+                   _strs(d.get("flags", [])), _optional(Tuning.from_json, d.get("tuning")))
+
+
+@dataclass(frozen=True, slots=True)
+class TuneCandidate:
+    """One flag set tried for a region, and what became of it."""
+
+    name: str
+    flags: tuple[str, ...]
+    median_us: float | None       # warm median on the region's device; None: rejected before timing
+    max_abs_diff: float | None    # against onnxruntime's output for the region
+    rejected: str | None          # why (compile failure, crash, timeout, mismatch); None: it ran correctly
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "flags": list(self.flags), "median_us": self.median_us,
+                "max_abs_diff": self.max_abs_diff, "rejected": self.rejected}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TuneCandidate":
+        return cls(str(d["name"]), _strs(d["flags"]), _opt_float(d["median_us"]), _opt_float(d["max_abs_diff"]),
+                   _opt_str(d["rejected"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """A region's flag search: the fastest candidate that matched onnxruntime wins."""
+
+    winner: str
+    best_us: float | None         # the winner's median; None when no candidate ran correctly
+    default_us: float | None      # the default flags' median; None when the default was rejected
+    device: str                   # where the candidates were timed
+    candidates: tuple[TuneCandidate, ...]
+
+    @property
+    def speedup(self) -> float | None:
+        return self.default_us / self.best_us if self.default_us and self.best_us else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"winner": self.winner, "best_us": self.best_us, "default_us": self.default_us,
+                "device": self.device, "candidates": [c.to_json() for c in self.candidates]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Tuning":
+        return cls(str(d["winner"]), _opt_float(d["best_us"]), _opt_float(d["default_us"]), str(d["device"]),
+                   tuple(map(TuneCandidate.from_json, d["candidates"])))
+
+
+@dataclass(frozen=True, slots=True)
+class HostRuntime:
+    """How the runtime opens the CPU device, chosen by measuring whole runs of the bundle."""
+
+    driver: str                               # local-task (a worker pool) or local-sync (the caller's thread)
+    flags: tuple[str, ...]                    # iree.runtime flags set before the device opens
+    measured: tuple[tuple[str, float], ...]   # (configuration, median us of a whole run)
+
+    @property
+    def label(self) -> str:
+        return " ".join((self.driver, *self.flags))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"driver": self.driver, "flags": list(self.flags), "measured_us": dict(self.measured)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "HostRuntime":
+        if d["driver"] not in HOST_DRIVERS:
+            raise ValueError(f"host_runtime driver {d['driver']!r} is not one of {HOST_DRIVERS}")
+        return cls(str(d["driver"]), _strs(d["flags"]),
+                   tuple((str(k), float(v)) for k, v in d.get("measured_us", {}).items()))
+
+
+HOST_DRIVERS = ("local-task", "local-sync")
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +357,7 @@ class Manifest:
     cpu_flags: tuple[str, ...]                   # the build machine's; llvm-cpu code for "host" may use them
     toolchain: tuple[tuple[str, str], ...]       # (package, version)
     verification: Verification | None = None
+    host_runtime: HostRuntime | None = None      # None: local-task with IREE's default topology
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
@@ -287,10 +365,16 @@ class Manifest:
     def boundary(self, tensor: str) -> BoundaryTensor:
         return dict(self.boundary_tensors)[tensor]
 
+    def driver(self, region: RegionEntry) -> str:
+        """The runtime driver that runs ``region``: the host runtime's choice for llvm-cpu code."""
+        if region.target.is_host and self.host_runtime is not None:
+            return self.host_runtime.driver
+        return region.target.driver
+
     @property
     def drivers(self) -> tuple[str, ...]:
         """The runtime drivers the bundle opens, in schedule order."""
-        return tuple(dict.fromkeys(self.region(n).target.driver for n in self.schedule))
+        return tuple(dict.fromkeys(self.driver(self.region(n)) for n in self.schedule))
 
     def with_measurements(self, per_region: dict[str, float], gate: GateRecord) -> "Manifest":
         regions = tuple(replace(r, measured_us=round(per_region[r.name], 3)) if r.name in per_region else r
@@ -316,6 +400,8 @@ class Manifest:
         }
         if self.verification is not None:
             d["verification"] = self.verification.to_json()
+        if self.host_runtime is not None:
+            d["host_runtime"] = self.host_runtime.to_json()
         return d
 
     @classmethod
@@ -341,6 +427,7 @@ class Manifest:
             _strs(d.get("build_machine", {}).get("cpu_flags", [])),
             tuple((str(k), str(v)) for k, v in d["toolchain"].items()),
             _optional(Verification.from_json, d.get("verification")),
+            _optional(HostRuntime.from_json, d.get("host_runtime")),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")
@@ -440,6 +527,10 @@ def _strs(items: Any) -> tuple[str, ...]:
 def _optional(parse: Callable[[dict[str, Any]], Any], value: Any) -> Any:
     """None stays None; anything else must parse (an empty or wrong record is malformed)."""
     return None if value is None else parse(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _opt_str(value: Any) -> str | None:

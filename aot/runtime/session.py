@@ -60,7 +60,8 @@ class Session:
             params.load(str(mf.safe_member(bundle, manifest.weights.path)))
         by_driver: dict[str, list[RegionEntry]] = {}
         for r in manifest.regions:
-            by_driver.setdefault(r.target.driver, []).append(r)
+            by_driver.setdefault(manifest.driver(r), []).append(r)
+        self._driver_of = {r.name: manifest.driver(r) for r in manifest.regions}
         self.load_retries = 0
         try:
             for driver, regions in by_driver.items():
@@ -86,7 +87,7 @@ class Session:
         one that keeps failing is a DeviceError naming the regions."""
         error = ""
         for _ in range(LOAD_ATTEMPTS):
-            device = _open_device(rt, driver, regions, check=check_device, manifest_flags=self.manifest.cpu_flags)
+            device = _open_device(rt, driver, regions, check=check_device, manifest=self.manifest)
             modules = [rt.create_hal_module(self._instance, device)]
             if params is not None:
                 provider = params.create_provider(scope=self.manifest.weights.scope)
@@ -131,7 +132,7 @@ class Session:
 
     def _run_region(self, name: str, values: dict[str, tuple[str | None, Any]]) -> None:
         region = self._regions[name]
-        driver = region.target.driver
+        driver = self._driver_of[name]
         args = [self._move(values[v], driver) for v in region.inputs]
         try:
             results = self._invokers[name](*args)
@@ -169,7 +170,7 @@ class Session:
         try:
             for name in self._schedule:
                 region = self._regions[name]
-                args = [self._move(values[v], region.target.driver) for v in region.inputs]
+                args = [self._move(values[v], self._driver_of[name]) for v in region.inputs]
                 samples = []
                 for _ in range(repeats):
                     start = time.perf_counter()
@@ -229,16 +230,21 @@ def _check_cpu(regions: list[RegionEntry], build_flags: tuple[str, ...]) -> None
                           hint="rebuild with --host-cpu x86-64-v3 (or this machine's CPU) to run here")
 
 
-def _open_device(rt: Any, driver: str, regions: list[RegionEntry], check: bool = True,
-                 manifest_flags: tuple[str, ...] = ()) -> Any:
+def _open_device(rt: Any, driver: str, regions: list[RegionEntry], check: bool, manifest: Manifest) -> Any:
+    host_runtime = manifest.host_runtime
+    if host_runtime is not None and driver == host_runtime.driver and host_runtime.flags:
+        # Process-wide, and read when the process opens its first CPU device of this driver
+        # (IREE caches drivers): a bundle loaded after another one in the same process runs
+        # with the first one's worker topology.
+        rt.flags.parse_flags(*host_runtime.flags)
     try:
         device = rt.get_driver(driver).create_default_device()
     except Exception as e:
         raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
                           f"{', '.join(r.name for r in regions)}: {e}",
                           hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
-    if driver in ("local-task", "local-sync") and check:
-        _check_cpu(regions, manifest_flags)
+    if driver in mf.HOST_DRIVERS and check:
+        _check_cpu(regions, manifest.cpu_flags)
     if driver == "vulkan" and check:
         name = _vulkan_device_name(rt)
         for r in regions:

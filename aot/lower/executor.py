@@ -1,0 +1,121 @@
+"""Where compile jobs run: one interface, a local pool by default, a Dask cluster on request.
+
+A ``CompileTask`` is pure and self-contained (the MLIR bytes and the flags, no paths), so any
+worker that has the same iree-base-compiler can run it and the result is the same bytes
+wherever it ran. The caller owns caching and file placement; executors only run tasks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from aot.errors import AotError
+
+
+@dataclass(frozen=True, slots=True)
+class CompileTask:
+    label: str                  # region (and tuning candidate) for messages
+    mlir: bytes
+    flags: tuple[str, ...]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOutcome:
+    vmfb: bytes | None          # None: the compile failed or timed out
+    returncode: int             # -1: timed out; negative otherwise: killed by that signal
+    log: str                    # iree-compile's stderr (or stdout)
+    seconds: float
+    compiler: str               # iree-base-compiler version of the worker that ran it
+
+
+def compiler_version() -> str:
+    from importlib.metadata import version
+
+    return version("iree-base-compiler")
+
+
+def iree_compile_path() -> str:
+    from iree.compiler.tools import binaries
+
+    return binaries.find_tool("iree-compile")
+
+
+def run_task(task: CompileTask) -> CompileOutcome:
+    """Run one task with this machine's iree-compile (a pool thread or a cluster worker)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="aot-compile-") as tmp:
+        src, out = Path(tmp, "region.mlir"), Path(tmp, "region.vmfb")
+        src.write_bytes(task.mlir)
+        argv = [iree_compile_path(), str(src), *task.flags, "-o", str(out)]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=task.timeout)
+        except subprocess.TimeoutExpired:
+            return CompileOutcome(None, -1, f"error: iree-compile timed out after {task.timeout:.0f}s",
+                                  time.perf_counter() - start, compiler_version())
+        ok = proc.returncode == 0 and out.exists()
+        return CompileOutcome(out.read_bytes() if ok else None, proc.returncode,
+                              proc.stderr or proc.stdout or "no output", time.perf_counter() - start,
+                              compiler_version())
+
+
+class Executor(Protocol):
+    description: str
+
+    def run(self, tasks: Sequence[CompileTask]) -> list[CompileOutcome]:
+        """Run every task; outcomes in task order. A failed compile is an outcome, not an error."""
+
+    def close(self) -> None: ...
+
+
+class LocalPool:
+    """Up to ``workers`` iree-compile processes at once on this machine (default: one per core)."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self.description = f"local pool of {self.workers}"
+
+    def run(self, tasks: Sequence[CompileTask]) -> list[CompileOutcome]:
+        if len(tasks) <= 1:
+            return [run_task(t) for t in tasks]
+        with ThreadPoolExecutor(min(self.workers, len(tasks))) as pool:
+            return list(pool.map(run_task, tasks))
+
+    def close(self) -> None:
+        pass
+
+
+class DaskCluster:
+    """A running Dask distributed scheduler (``tcp://host:8786``). Its workers need aot and the
+    same iree-base-compiler installed; a version mismatch is refused (see ``check``)."""
+
+    def __init__(self, address: str, connect_timeout: float = 30.0) -> None:
+        try:
+            from distributed import Client
+        except ImportError as e:
+            raise AotError("--cluster needs Dask distributed", hint="pip install 'aot[cluster]'") from e
+        try:
+            self._client = Client(address, timeout=connect_timeout)
+        except (OSError, TimeoutError) as e:
+            raise AotError(f"cannot reach the Dask scheduler at {address!r}: {e}",
+                           hint="start one with `dask scheduler` and `dask worker ADDRESS`, or drop --cluster") from e
+        workers = len(self._client.scheduler_info().get("workers", {}))
+        self.description = f"Dask cluster {address} ({workers} worker(s))"
+
+    def run(self, tasks: Sequence[CompileTask]) -> list[CompileOutcome]:
+        # pure=True: the task's bytes are its key, so a task submitted twice runs once.
+        futures = self._client.map(run_task, list(tasks), pure=True)
+        return self._client.gather(futures)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def executor_for(cluster: str | None, workers: int | None = None) -> Executor:
+    return DaskCluster(cluster) if cluster else LocalPool(workers)

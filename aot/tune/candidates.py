@@ -1,0 +1,81 @@
+"""The flag sets the tuner tries for one region: pure, from the region's target and MLIR text.
+
+Each set replaces the target's default optimisation flags (``Target.default_opt_flags``); the
+target's device flags always stay. Sets that only matter for some content (convolutions,
+quantised matmuls) are offered only to regions that hold it, so a region compiles no candidate
+that could not differ from another."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from aot.target import Target
+
+O2, O3 = "--iree-opt-level=O2", "--iree-opt-level=O3"
+DATA_TILING = "--iree-opt-data-tiling=true"
+UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
+IM2COL = "--iree-global-opt-use-im2col-for-convs=true"
+# A bit-set option: one occurrence per op family (a comma list is refused).
+CONV_DATA_TILING = tuple(f"--iree-dispatch-creation-experimental-set-data-tiling-ops={f}"
+                         for f in ("matmul", "scaled_matmul", "convolution"))
+CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
+                 "iree-preprocessing-convert-conv-to-channels-last))", "--iree-global-opt-propagate-transposes=true")
+QUANT_REASSOC = "--iree-global-opt-enable-quantized-matmul-reassociation=true"
+QDQ_INTEGER = "--iree-global-opt-enable-qdq-to-integer-math=true"
+
+_CONV = re.compile(r'"onnx\.(Conv|ConvTranspose|ConvInteger|QLinearConv)"')
+_QUANT = re.compile(r'"onnx\.(MatMulInteger|QLinearMatMul|DequantizeLinear|DynamicQuantizeLinear|ConvInteger)"'
+                    r"|[su]?i8>")
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSet:
+    name: str
+    flags: tuple[str, ...]      # optimisation flags, in place of the target's defaults
+
+
+def candidates(target: Target, mlir: str, cores: int | None = None) -> tuple[FlagSet, ...]:
+    """The default first (every other set is measured against it), then the target's search space."""
+    default = FlagSet("default", target.default_opt_flags)
+    conv, quant = bool(_CONV.search(mlir)), bool(_QUANT.search(mlir))
+    if target.backend == "llvm-cpu":
+        found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)
+    elif target.backend == "cuda":
+        found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,)),
+                 FlagSet("vector-distribution", (O2, "--iree-codegen-llvmgpu-use-vector-distribution=true"))]
+        if conv:
+            found.append(FlagSet("igemm", (O2, "--iree-codegen-llvmgpu-use-igemm=true")))
+    else:  # vulkan-spirv: IREE's SPIR-V backend offers the global optimisation levels
+        found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,))]
+    return (default, *(f for f in found if f.flags != default.flags))
+
+
+def _llvm_cpu(conv: bool, quant: bool, cores: int) -> list[FlagSet]:
+    base = (IM2COL,) if conv else ()
+    found = [
+        FlagSet("O2", (O2, *base)),
+        FlagSet("O3", (O3, *base)),
+        FlagSet("data-tiling", (DATA_TILING, *base)),
+        FlagSet("data-tiling+ukernels", (DATA_TILING, UKERNELS, *base)),
+        FlagSet("O3+data-tiling+ukernels", (O3, DATA_TILING, UKERNELS, *base)),
+        # Codegen distributes work for this many threads (the build machine's cores).
+        FlagSet(f"O2+threads={cores}", (O2, f"--iree-llvmcpu-number-of-threads={cores}", *base)),
+        # O2 on MiniLM's attention needs 37 KiB of stack per dispatch, over IREE's 32 KiB limit;
+        # IREE's worker threads have far more. A dispatch that overflowed would crash its probe.
+        FlagSet("O2+stack=128k", (O2, "--iree-llvmcpu-stack-allocation-limit=131072", *base)),
+    ]
+    if conv:
+        found += [
+            FlagSet("direct-conv", ()),
+            FlagSet("channels-last", (O2, *CHANNELS_LAST)),
+            FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING,
+                                        "--iree-llvmcpu-enable-ukernels=mmt4d,conv_nchwc")),
+        ]
+    if quant:
+        found += [
+            FlagSet("quantized-reassoc", (O2, DATA_TILING, QUANT_REASSOC, *base)),
+            FlagSet("qdq-integer", (QDQ_INTEGER, *base)),
+        ]
+    return found

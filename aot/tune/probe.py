@@ -1,0 +1,113 @@
+"""The tuner's measuring process: ``python -m aot.tune.probe`` reads one JSON request on stdin
+and writes one JSON event per line on stdout.
+
+It runs apart from the build because a candidate module can crash the process that runs it (a
+miscompiled dispatch, a stack overflow): the parent sees which candidate had started and had
+not finished, rejects it, and asks again without it. Inside the probe, candidates are timed
+side by side in one process, interleaved, so the machine's noise hits all of them alike.
+
+Requests:
+- ``{"kind": "region", ...}``: check each candidate module of one region against onnxruntime's
+  outputs, then time the correct ones (events ``start``, ``checked``, ``timed``).
+- ``{"kind": "bundle", ...}``: time whole runs of a bundle under one host runtime configuration
+  (runtime flags are process-wide and read when the device opens: one configuration per process).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from aot.checks.compare import within
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    if request["kind"] == "region":
+        _region(request)
+    else:
+        _bundle(request)
+    return 0
+
+
+def _emit(**event: Any) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def _region(req: dict[str, Any]) -> None:
+    import iree.runtime as rt
+
+    data = np.load(req["data"])
+    args = [data[f"in{i}"] for i in range(req["inputs"])]
+    expected = [data[f"out{i}"] for i in range(req["outputs"])]
+    instance = rt.VmInstance()
+    device = rt.get_driver(req["driver"]).create_default_device()
+    base = [rt.create_hal_module(instance, device)]
+    if req["weights"]:
+        params = rt.ParameterIndex()
+        params.load(req["weights"])
+        base.append(rt.create_io_parameters_module(instance, params.create_provider(scope=req["scope"])))
+    device_args = [rt.asdevicearray(device, a) for a in args]
+    calls: dict[str, Callable[[], Any]] = {}
+    keep: list[Any] = []
+    for cand in req["candidates"]:
+        _emit(event="start", name=cand["name"])
+        try:
+            module = rt.VmModule.mmap(instance, cand["vmfb"])
+            context = rt.VmContext(instance, modules=[*base, module])
+            invoker = rt.FunctionInvoker(context, device, module.lookup_function(req["function"]))
+            outs = invoker(*device_args)
+        except Exception as e:  # a module that cannot load or run is a rejected candidate
+            _emit(event="checked", name=cand["name"], ok=False, max_abs_diff=None,
+                  error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            continue
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        results = [within(np.asarray(o.to_host()), e, req["rtol"]) for o, e in zip(outs, expected)]
+        worst = max((d for _, d in results), default=0.0)
+        ok = len(outs) == len(expected) and all(good for good, _ in results)
+        _emit(event="checked", name=cand["name"], ok=ok, max_abs_diff=worst if np.isfinite(worst) else None,
+              error=None if ok else f"outputs differ from onnxruntime by up to {worst:.3g}")
+        if ok:
+            keep.append((module, context, invoker))
+            calls[cand["name"]] = (lambda inv=invoker: inv(*device_args))
+    _emit(event="timed", medians_us=_interleaved(calls, req["warmup"], req["repeats"]))
+
+
+def _interleaved(calls: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, float]:
+    """Median microseconds per call; each round starts at the next candidate, so none always
+    follows the same one."""
+    names = list(calls)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(warmup + repeats):
+        for n in names[i % len(names):] + names[:i % len(names)]:
+            start = time.perf_counter()
+            calls[n]()
+            if i >= warmup:
+                samples[n].append((time.perf_counter() - start) * 1e6)
+    return {n: statistics.median(s) for n, s in samples.items() if s}
+
+
+def _bundle(req: dict[str, Any]) -> None:
+    import dataclasses
+
+    from aot import runtime
+    from aot.runtime import manifest as mf
+
+    bundle = Path(req["bundle"])
+    manifest = dataclasses.replace(mf.Manifest.from_json(json.loads(Path(req["manifest"]).read_text())),
+                                   host_runtime=mf.HostRuntime(req["driver"], tuple(req["flags"]), ()))
+    data = np.load(req["data"])
+    inputs = {s.name: data[s.name] for s in manifest.inputs}
+    with runtime.Session(bundle, manifest) as session:
+        medians = _interleaved({"run": lambda: session.run(inputs)}, req["warmup"], req["repeats"])
+    _emit(event="timed", medians_us=medians)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Tune each region of a staged bundle: compile every candidate flag set, check and time them on
+the region's device (in a probe process), keep the fastest that matches onnxruntime.
+
+Results are cached by (region MLIR, target, compiler version, device, candidate flags, repeats):
+tuning an unchanged region again compiles nothing and times nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from aot.checks.compare import VERIFY_RTOL
+from aot.lower.compile import CompiledRegion, CompileJob, compile_many
+from aot.lower.executor import Executor, compiler_version
+from aot.runtime.manifest import Manifest, RegionEntry, TuneCandidate, Tuning
+from aot.tune.candidates import FlagSet, candidates
+
+PROBE_TIMEOUT_S = 600       # one probe process: load, check and time every candidate of a region
+
+
+@dataclass(frozen=True, slots=True)
+class TuneSettings:
+    repeats: int = 20       # timed calls per candidate (after warmup), interleaved
+    warmup: int = 3
+    accel_timeout: float = 300.0
+
+
+def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.ndarray],
+                 mlir_of: Callable[[str], Path], cache: Path, executor: Executor, settings: TuneSettings,
+                 progress: Callable[[str], None] = lambda s: None) -> dict[str, Tuning]:
+    """region -> its Tuning. ``reference``: every tensor of the model as onnxruntime computes it
+    for one input (regions are checked on their real intermediates)."""
+    store = cache / "tuning"
+    store.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Tuning] = {}
+    todo: list[tuple[RegionEntry, tuple[FlagSet, ...], Path]] = []
+    for r in manifest.regions:
+        text = mlir_of(r.name).read_text()
+        sets = candidates(r.target, text)
+        key = _key(text, r, manifest.driver(r), sets, settings)
+        record = store / f"{key}.json"
+        if record.exists():
+            found[r.name] = Tuning.from_json(json.loads(record.read_text()))
+            progress(f"tune     {r.name}: cached, {found[r.name].winner}")
+        else:
+            todo.append((r, sets, record))
+    if not todo:
+        return found
+    jobs = [CompileJob(r.name, mlir_of(r.name), r.target, s.flags, label=s.name) for r, sets, _ in todo for s in sets]
+    progress(f"tune     compiling {len(jobs)} candidate(s) for {len(todo)} region(s) on {executor.description}")
+    compiled = iter(compile_many(jobs, cache, accel_timeout=settings.accel_timeout, executor=executor))
+    for r, sets, record in todo:
+        outcomes = [next(compiled) for _ in sets]
+        tuning = _measure(staged_dir, manifest, r, sets, outcomes, reference, settings)
+        tmp = record.with_name(record.name + f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(tuning.to_json(), indent=1))
+        os.replace(tmp, record)
+        found[r.name] = tuning
+        speed = f"{tuning.speedup:.2f}x the default" if tuning.speedup else "no faster candidate"
+        progress(f"tune     {r.name}: {tuning.winner} ({speed}; "
+                 f"{sum(c.rejected is None for c in tuning.candidates)}/{len(sets)} correct)")
+    return found
+
+
+def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...], settings: TuneSettings) -> str:
+    parts = [text, str(region.target), driver, device_identity(driver), compiler_version(),
+             json.dumps([[s.name, *s.flags] for s in sets]), f"{settings.repeats}/{settings.warmup}"]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def device_identity(driver: str) -> str:
+    """What the timings were taken on: the CPU model and core count, or the GPU's name."""
+    if driver.startswith("local-"):
+        model = ""
+        try:
+            model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                          if ln.startswith("model name")), "")
+        except OSError:
+            pass
+        return f"{model or 'cpu'} x{os.cpu_count()}"
+    try:
+        import iree.runtime as rt
+
+        infos = rt.get_driver(driver).query_available_devices()
+        return f"{driver}:{infos[0]['name']}" if infos else driver
+    except Exception:
+        return driver
+
+
+def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tuple[FlagSet, ...],
+             outcomes: list, reference: dict[str, np.ndarray], settings: TuneSettings) -> Tuning:
+    rejected: dict[str, str] = {}
+    diffs: dict[str, float | None] = {}
+    runnable: list[tuple[FlagSet, CompiledRegion]] = []
+    for s, o in zip(sets, outcomes):
+        if isinstance(o, CompiledRegion):
+            runnable.append((s, o))
+        else:
+            rejected[s.name] = f"compile failed (exit {o.returncode}): {o.stderr_tail.splitlines()[-1][:300]}"
+    medians: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="aot-tune-") as tmp:
+        data = Path(tmp, "data.npz")
+        np.savez(data, **{f"in{i}": reference[v] for i, v in enumerate(region.inputs)},
+                 **{f"out{i}": reference[v] for i, v in enumerate(region.outputs)})
+        request = {"kind": "region", "driver": manifest.driver(region), "function": region.function,
+                   "weights": str(staged_dir / manifest.weights.path) if manifest.weights else None,
+                   "scope": manifest.weights.scope if manifest.weights else "", "data": str(data),
+                   "inputs": len(region.inputs), "outputs": len(region.outputs), "rtol": VERIFY_RTOL,
+                   "warmup": settings.warmup, "repeats": settings.repeats}
+        pending = [(s.name, str(c.vmfb)) for s, c in runnable]
+        while pending:
+            events, error = run_probe({**request, "candidates": [{"name": n, "vmfb": v} for n, v in pending]})
+            started = None
+            for e in events:
+                if e["event"] == "start":
+                    started = e["name"]
+                elif e["event"] == "checked":
+                    started = None
+                    diffs[e["name"]] = e["max_abs_diff"]
+                    if not e["ok"]:
+                        rejected[e["name"]] = e["error"]
+                elif e["event"] == "timed":
+                    medians.update(e["medians_us"])
+            if error is None:
+                break
+            if started is None:  # died while timing: which module did it is unknown
+                for n, _ in pending:
+                    rejected.setdefault(n, f"the probe process failed while timing: {error}")
+                break
+            # Again without it; the ones checked before it are checked again and then timed.
+            rejected[started] = f"crashed or hung on its first run: {error}"
+            pending = [(n, v) for n, v in pending if n not in rejected]
+    table = tuple(TuneCandidate(s.name, s.flags, None if s.name in rejected else medians.get(s.name),
+                                diffs.get(s.name), rejected.get(s.name)) for s in sets)
+    timed = [c for c in table if c.rejected is None and c.median_us is not None]
+    best = min(timed, key=lambda c: c.median_us, default=None)
+    default = table[0]
+    return Tuning(best.name if best else default.name, best.median_us if best else None, default.median_us,
+                  device_identity(manifest.driver(region)), table)
+
+
+def run_probe(request: dict) -> tuple[list[dict], str | None]:
+    """(events, None) or (the events it wrote before failing, why it failed)."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "aot.tune.probe"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return _events(out), f"timed out after {PROBE_TIMEOUT_S}s"
+    events = _events(proc.stdout)
+    if proc.returncode != 0 or not any(e["event"] == "timed" for e in events):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return events, f"exit {proc.returncode}: {tail}"
+    return events, None
+
+
+def _events(stdout: str) -> list[dict]:
+    events = []
+    for line in stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # IREE or a library wrote to stdout
+    return events
