@@ -30,8 +30,14 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not device"
 
+# `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
+# `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.
 bench: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
+ifeq ($(origin MODEL),file)
+	$(AOT) bench -o artifacts/bench/corpus
+else
 	$(AOT) bench $(MODEL) -o artifacts/bench/$(NAME)
+endif
 
 # Every ONNX node test case through the pipeline, on the CPU and on the Vulkan device.
 conformance: setup

@@ -66,10 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--atol", type=float, default=1e-4)
     c.set_defaults(func=_cmd_check)
 
-    bn = sub.add_parser("bench", help="bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime")
-    bn.add_argument("model")
+    bn = sub.add_parser("bench", help="MODEL: bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime; "
+                                      "no MODEL: every zoo model, default vs tuned vs onnxruntime")
+    bn.add_argument("model", nargs="?", help="a model or zoo:NAME (default: the corpus benchmark)")
     bn.add_argument("-o", "--output", default=None, help="workspace for the benchmark builds")
-    bn.add_argument("--iterations", type=int, default=50)
+    bn.add_argument("--iterations", type=int, default=None, help="interleaved turns (default 50; corpus 30)")
+    bn.add_argument("--models", help="corpus benchmark: comma-separated zoo names (default: all)")
+    bn.add_argument("--docs", default="docs", help="corpus benchmark: where the JSON and SVG go")
     _add_build_options(bn)
     bn.set_defaults(func=_cmd_bench)
 
@@ -265,9 +268,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from aot import api
     from aot.tools import bench
 
+    if args.model is None:
+        return _corpus_bench(args)
     model, options = api.resolve(args.model, _build_options(args))
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
-    print(bench.run(model, out, options, iterations=args.iterations).text())
+    print(bench.run(model, out, options, iterations=args.iterations or 50).text())
+    return 0
+
+
+def _corpus_bench(args: argparse.Namespace) -> int:
+    from aot.partition.support import split_names
+    from aot.tools import corpus_bench
+
+    out = Path(args.output) if args.output else Path("artifacts") / "bench" / "corpus"
+    result = corpus_bench.run(out, tuple(split_names(args.models)), iterations=args.iterations or 30,
+                              progress=lambda s: print(s, file=sys.stderr))
+    print(corpus_bench.text(result))
+    for path in corpus_bench.write(result, Path(args.docs)):
+        print(path)
     return 0
 
 

@@ -12,6 +12,9 @@ from aot.tools import examples
 from aot.frontend.graph import GraphView, Node, Value
 from aot.options import BuildOptions
 from aot.pipeline import build
+from aot.runtime import manifest as mf
+from aot.runtime.manifest import (ConstantInput, GateRecord, Manifest, ModelInfo, PartitionRecord, RegionCheck,
+                                  RegionEntry, TensorSig, Verification, Weights)
 from aot.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +29,21 @@ def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types
     sinks = [f"{n}.out" for n in names if not any(a == n for a, _ in edges)]
     values = {f"{n}.out": Value(f"{n}.out", "float32", shape) for n in names}
     return GraphView.build(nodes, [], sinks, values)
+
+
+def small_manifest(module_sha: str = "0" * 64) -> Manifest:
+    region = RegionEntry("r0", Target.parse("vulkan"), "accel", "modules/r0.vmfb", "main", ("x",), ("y",), ("n0",),
+                         1, 8, 1.5, module_sha, None, measured_us=2.25)
+    return Manifest(
+        model=ModelInfo("m", "a" * 64, "/tmp/m.onnx", 17, 3),
+        inputs=(TensorSig("x", "float32", (1, 2)),), outputs=(TensorSig("y", "float32", (1, 2)),),
+        constant_inputs=(ConstantInput("sr", "int64", (), 16000), ConstantInput("axes", "int64", (2,), (0, 1))),
+        weights=Weights("weights.irpa", "model", "b" * 64), regions=(region,), schedule=("r0",),
+        boundary_tensors=(("x", mf.BoundaryTensor("float32", (1, 2), 8)),), host_reasons=(("n1", "why"),),
+        partition=PartitionRecord("greedy", "all", 2, GateRecord(True, 1.0, 2.0, None, "d", measured=True), None,
+                                  ("tip",), "defaults"),
+        graph=(mf.GraphNode("n0", "Relu", ("x",), ("y",)),), cpu_flags=("avx2",), toolchain=(("aot", "0.1.0"),),
+        verification=Verification((RegionCheck("r0", True, 1e-6, None),), ()))
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,15 @@ import numpy as np
 from aot.runtime.manifest import Manifest, TensorSig, thaw
 
 
-def session(model: Path | bytes, *, optimize: bool = True) -> Any:
+def session(model: Path | bytes, *, optimize: bool = True, threads: int = 0) -> Any:
     """A quiet CPU onnxruntime session for ``model`` (a path or serialized bytes).
-    ``optimize=False`` keeps every intermediate tensor as the graph names it."""
+    ``optimize=False`` keeps every intermediate tensor as the graph names it; ``threads``: intra-op
+    threads (0: onnxruntime's default, one per core)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.intra_op_num_threads = threads
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,

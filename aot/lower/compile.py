@@ -55,8 +55,16 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
     (some regions take IREE's SPIR-V pipeline many minutes; the host is quicker), is compiled
     again for ``fallback`` (llvm-cpu) with the host's default flags.
 
-    A host compile failure raises CompileError (there is nothing left to fall back to)."""
+    A region that fails with its target's default optimisation flags is compiled again without
+    them (im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu). A host compile failure
+    after that raises CompileError (there is nothing left to fall back to)."""
     results = compile_many(jobs, cache, accel_timeout=accel_timeout, executor=executor)
+    plain = {i: replace(j, opt=()) for i, (j, r) in enumerate(zip(jobs, results))
+             if isinstance(r, CompileError) and j.opt is None and j.target.default_opt_flags}
+    if plain:
+        for i, r in zip(plain, compile_many(list(plain.values()), cache, accel_timeout=accel_timeout,
+                                            executor=executor)):
+            results[i] = r if isinstance(r, CompiledRegion) else results[i]
     retry = {i: CompileJob(j.region, j.mlir, fallback) for i, (j, r) in enumerate(zip(jobs, results))
              if isinstance(r, CompileError) and not j.target.is_host and fallback is not None}
     if retry:

@@ -19,6 +19,9 @@ from aot.options import BuildOptions
 from aot.pipeline import all_on_host, build_planned, plan_model, whole_model
 
 
+BARE = "bare iree.runtime (whole model)"
+
+
 @dataclass(frozen=True, slots=True)
 class BenchResult:
     model: str
@@ -33,8 +36,14 @@ class BenchResult:
         lines = [f"model {self.model}: {self.regions} region(s), {self.iterations} interleaved iterations"]
         lines += [f"  {name:28s} median {ms:9.3f} ms" for name, ms in self.medians_ms]
         b, w, o = self.median("bundle (all regions on host)"), self.median("whole model (llvm-cpu)"), self.median("onnxruntime (cpu)")
+        bare = self.median(BARE)
+        overhead_us = (w - bare) * 1e3
         lines.append(f"ratio bundle/whole:       {b / w:.3f}")
         lines.append(f"ratio bundle/onnxruntime: {b / o:.3f}")
+        lines.append(f"runtime overhead per region call: {overhead_us:.1f} us (whole-model session vs bare "
+                     f"iree.runtime call of the same module)")
+        lines.append(f"bundle within 3% + {self.regions} x overhead of the whole model: "
+                     f"{'yes' if b <= w * 1.03 + self.regions * max(overhead_us, 0) / 1e3 else 'no'}")
         return "\n".join(lines)
 
 
@@ -48,15 +57,33 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
     names = [o.name for o in manifest.outputs]
     ort_session = reference.session(model)
     with runtime.load(partitioned.bundle.path) as a, runtime.load(whole.bundle.path) as b:
+        bare = _bare_call(b, inputs)
         contenders: list[tuple[str, Callable[[], object]]] = [
             ("bundle (all regions on host)", lambda: a.run(inputs)),
             ("whole model (llvm-cpu)", lambda: b.run(inputs)),
             ("onnxruntime (cpu)", lambda: ort_session.run(names, inputs)),
+            (BARE, bare),
         ]
-        _same_answers([f() for _, f in contenders])  # a fast wrong answer is not a result
+        # A fast wrong answer is not a result; onnxruntime's (last) is the reference.
+        _same_answers([f() for name, f in contenders if name != "onnxruntime (cpu)"]
+                      + [ort_session.run(names, inputs)])
         times = interleaved(contenders, warmup, iterations)
     medians = tuple((name, statistics.median(ts)) for name, ts in times.items())
     return BenchResult(manifest.model.name, len(manifest.regions), iterations, medians)
+
+
+def _bare_call(session: runtime.Session, inputs: dict[str, np.ndarray]) -> Callable[[], object]:
+    """The whole model's module called straight through iree.runtime, as a user of IREE would:
+    numpy in, numpy out, nothing checked. What a session adds beyond this is its overhead."""
+    (region,) = session.manifest.regions
+    invoker = session._invokers[region.name]
+    args = [inputs[s.name] for s in session.manifest.inputs]
+
+    def call() -> list[np.ndarray]:
+        results = invoker(*args)
+        return [r.to_host() for r in (results if isinstance(results, (tuple, list)) else (results,))]
+
+    return call
 
 
 def interleaved(contenders: list[tuple[str, Callable[[], object]]], warmup: int,

@@ -11,24 +11,9 @@ import pytest
 
 from aot.errors import BundleError
 from aot.runtime import manifest as mf
-from aot.runtime.manifest import (ConstantInput, GateRecord, Manifest, ModelInfo, PartitionRecord, RegionCheck,
-                                  RegionEntry, TensorSig, Verification, Weights)
+from aot.runtime.manifest import GateRecord, Manifest
 from aot.target import Target
-
-
-def small_manifest(module_sha: str = "0" * 64) -> Manifest:
-    region = RegionEntry("r0", Target.parse("vulkan"), "accel", "modules/r0.vmfb", "main", ("x",), ("y",), ("n0",),
-                         1, 8, 1.5, module_sha, None, measured_us=2.25)
-    return Manifest(
-        model=ModelInfo("m", "a" * 64, "/tmp/m.onnx", 17, 3),
-        inputs=(TensorSig("x", "float32", (1, 2)),), outputs=(TensorSig("y", "float32", (1, 2)),),
-        constant_inputs=(ConstantInput("sr", "int64", (), 16000), ConstantInput("axes", "int64", (2,), (0, 1))),
-        weights=Weights("weights.irpa", "model", "b" * 64), regions=(region,), schedule=("r0",),
-        boundary_tensors=(("x", mf.BoundaryTensor("float32", (1, 2), 8)),), host_reasons=(("n1", "why"),),
-        partition=PartitionRecord("greedy", "all", 2, GateRecord(True, 1.0, 2.0, None, "d", measured=True), None,
-                                  ("tip",), "defaults"),
-        graph=(mf.GraphNode("n0", "Relu", ("x",), ("y",)),), cpu_flags=("avx2",), toolchain=(("aot", "0.1.0"),),
-        verification=Verification((RegionCheck("r0", True, 1e-6, None),), ()))
+from conftest import small_manifest
 
 
 def test_json_round_trip_is_exact():
@@ -95,3 +80,21 @@ def test_a_manifest_written_before_the_typed_manifest_reads_and_round_trips_exac
     assert [(r.name, str(r.target), r.target.driver) for r in m.regions] == [
         ("r0", "vulkan-spirv:llvmpipe", "vulkan"), ("r1", "llvm-cpu:host", "local-task")]
     assert m.verification.checked[0].ok and m.partition.gate.accepted and m.partition.coverage.supported == 14
+
+
+def test_tuning_and_host_runtime_round_trip_and_pick_the_driver():
+    tuning = mf.Tuning("O2", 80.0, 100.0, "cpu x2", (
+        mf.TuneCandidate("default", ("--a",), 100.0, 1e-6, None),
+        mf.TuneCandidate("O2", ("--iree-opt-level=O2",), 80.0, 2e-6, None),
+        mf.TuneCandidate("bad", ("--b",), None, None, "compile failed (exit 1): error: no")))
+    host = dataclasses.replace(small_manifest().regions[0], target=Target.host(), flags=("--iree-opt-level=O2",),
+                               tuning=tuning)
+    m = dataclasses.replace(small_manifest(), regions=(host,),
+                            host_runtime=mf.HostRuntime("local-sync", (), (("local-task", 120.0), ("local-sync", 90.0))))
+    assert Manifest.from_json(json.loads(json.dumps(m.to_json()))) == m
+    assert tuning.speedup == pytest.approx(1.25)
+    assert m.driver(host) == "local-sync" and m.drivers == ("local-sync",)
+    data = m.to_json()
+    data["host_runtime"]["driver"] = "vulkan"  # only CPU drivers can run llvm-cpu code
+    with pytest.raises(ValueError, match="host_runtime driver 'vulkan'"):
+        Manifest.from_json(data)

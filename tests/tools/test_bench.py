@@ -17,7 +17,8 @@ def test_bench_prints_medians_and_ratios(example_model, tmp_path):
     out = run_aot("bench", str(example_model), "-o", str(tmp_path / "bench"), "--iterations", "5").stdout
     assert re.search(r"ratio bundle/whole:\s+\d+\.\d+", out)
     assert re.search(r"ratio bundle/onnxruntime:\s+\d+\.\d+", out)
-    assert out.count("median") == 3 and "2 region(s)" in out
+    assert re.search(r"runtime overhead per region call: -?\d+\.\d+ us", out)
+    assert out.count("median") == 4 and "2 region(s)" in out
 
 
 def test_interleaving_lets_every_contender_follow_every_other_equally_often():

@@ -1,0 +1,42 @@
+"""The tuner's search space: the default first, content-specific sets only where they apply,
+and every set a real iree-compile accepts (the device-marked test compiles each one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aot.target import Target
+from aot.tune.candidates import IM2COL, candidates
+
+CONV = 'torch.operator "onnx.Conv"(%x, %w) : (!torch.vtensor<[1,3,8,8],f32>'
+MATMUL = 'torch.operator "onnx.MatMul"(%x, %w) : (!torch.vtensor<[1,8],f32>'
+INT8 = 'torch.operator "onnx.MatMul"(%x, %w) : (!torch.vtensor<[8,8],si8>'
+
+
+@pytest.mark.parametrize("backend", Target.backends())
+def test_the_default_comes_first_and_no_set_repeats(backend):
+    target = Target.parse(backend)
+    sets = candidates(target, CONV)
+    assert sets[0].name == "default" and sets[0].flags == target.default_opt_flags
+    assert len(sets) >= 3
+    assert len({s.flags for s in sets}) == len(sets) and len({s.name for s in sets}) == len(sets)
+
+
+def test_convolution_sets_only_for_regions_with_convolutions():
+    host = Target.host()
+    with_conv = {s.name for s in candidates(host, CONV)}
+    without = {s.name for s in candidates(host, MATMUL)}
+    assert {"direct-conv", "channels-last", "data-tiled-conv"} <= with_conv
+    assert not {"direct-conv", "channels-last", "data-tiled-conv"} & without
+    # im2col rides along with the other sets only where there is a convolution to rewrite
+    assert all(IM2COL not in s.flags for s in candidates(host, MATMUL)[1:])
+
+
+def test_quantised_sets_only_for_int8_regions():
+    assert {"quantized-reassoc", "qdq-integer"} <= {s.name for s in candidates(Target.host(), INT8)}
+    assert "quantized-reassoc" not in {s.name for s in candidates(Target.host(), MATMUL)}
+
+
+def test_thread_distribution_names_the_core_count():
+    names = {s.name for s in candidates(Target.host(), MATMUL, cores=16)}
+    assert "O2+threads=16" in names

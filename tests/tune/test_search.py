@@ -1,0 +1,81 @@
+"""The search's bookkeeping without a device: a crashing candidate is rejected and the rest are
+measured again; a mismatch or compile failure rejects; the fastest correct candidate wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from aot.errors import CompileError
+from aot.lower.compile import CompiledRegion
+from aot.runtime.manifest import Manifest
+from aot.target import Target
+from aot.tune import search
+from aot.tune.candidates import FlagSet
+from conftest import small_manifest
+
+
+def _setup(monkeypatch, probe_runs):
+    calls = []
+
+    def fake_probe(request):
+        calls.append([c["name"] for c in request["candidates"]])
+        return probe_runs[len(calls) - 1](request)
+
+    monkeypatch.setattr(search, "run_probe", fake_probe)
+    monkeypatch.setattr(search, "device_identity", lambda driver: "test cpu")
+    return calls
+
+
+def _compiled(name: str) -> CompiledRegion:
+    return CompiledRegion("r0", Target.host(), Path(f"/nowhere/{name}.vmfb"), "0" * 64, None, False, 0.1)
+
+
+def test_a_crashing_candidate_is_rejected_and_the_others_are_measured_again(monkeypatch):
+    sets = (FlagSet("default", ()), FlagSet("fast", ("--x",)), FlagSet("crash", ("--y",)), FlagSet("late", ("--z",)))
+    first = lambda req: ([{"event": "start", "name": "default"},
+                          {"event": "checked", "name": "default", "ok": True, "max_abs_diff": 0.0, "error": None},
+                          {"event": "start", "name": "fast"},
+                          {"event": "checked", "name": "fast", "ok": True, "max_abs_diff": 0.0, "error": None},
+                          {"event": "start", "name": "crash"}], "exit -11: Segmentation fault")
+    second = lambda req: ([*({"event": "checked", "name": c["name"], "ok": c["name"] != "late",
+                             "max_abs_diff": 0.5 if c["name"] == "late" else 0.0,
+                             "error": "outputs differ from onnxruntime by up to 0.5" if c["name"] == "late" else None}
+                             for c in req["candidates"]),
+                           {"event": "timed", "medians_us": {"default": 100.0, "fast": 60.0}}], None)
+    calls = _setup(monkeypatch, [first, second])
+    manifest = _host_manifest()
+    outcomes = [_compiled(s.name) for s in sets]
+    tuning = search._measure(Path("/nowhere"), manifest, manifest.regions[0], sets, outcomes,
+                             {"x": np.zeros((1, 2), np.float32), "y": np.zeros((1, 2), np.float32)},
+                             search.TuneSettings(repeats=3))
+    assert calls == [["default", "fast", "crash", "late"], ["default", "fast", "late"]]
+    by = {c.name: c for c in tuning.candidates}
+    assert "crashed" in by["crash"].rejected and "Segmentation fault" in by["crash"].rejected
+    assert "differ" in by["late"].rejected and by["late"].median_us is None
+    assert tuning.winner == "fast" and tuning.best_us == 60.0 and tuning.default_us == 100.0
+
+
+def test_a_compile_failure_rejects_without_running_and_no_correct_candidate_keeps_the_default(monkeypatch):
+    sets = (FlagSet("default", ()), FlagSet("broken", ("--no-such-flag",)))
+    bad = CompileError("r0", ["iree-compile", "--no-such-flag"], 1, "iree-compile: Unknown command line argument")
+    mismatch = lambda req: ([{"event": "checked", "name": "default", "ok": False, "max_abs_diff": 3.0,
+                              "error": "outputs differ from onnxruntime by up to 3"},
+                             {"event": "timed", "medians_us": {}}], None)
+    calls = _setup(monkeypatch, [mismatch])
+    manifest = _host_manifest()
+    tuning = search._measure(Path("/nowhere"), manifest, manifest.regions[0], sets, [_compiled("default"), bad],
+                             {"x": np.zeros((1, 2), np.float32), "y": np.zeros((1, 2), np.float32)},
+                             search.TuneSettings(repeats=3))
+    assert calls == [["default"]]  # the broken one never reached the probe
+    by = {c.name: c for c in tuning.candidates}
+    assert by["broken"].rejected.startswith("compile failed (exit 1)")
+    assert tuning.winner == "default" and tuning.best_us is None and tuning.speedup is None
+
+
+def _host_manifest() -> Manifest:
+    import dataclasses
+
+    m = small_manifest()
+    return dataclasses.replace(m, regions=(dataclasses.replace(m.regions[0], target=Target.host()),))

@@ -1,0 +1,111 @@
+"""`aot build --tune` and `aot tune` on real compiles and real devices (the CPU, lavapipe):
+the fastest correct candidate wins and is what ships, a second run is free, and a Dask cluster
+builds the same bytes as the local pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from aot import runtime
+from aot.options import BuildOptions
+from aot.pipeline import build
+from aot.runtime import manifest as mf
+from aot.target import Target
+from conftest import golden, run_aot
+
+pytestmark = pytest.mark.device
+FAST = BuildOptions(accel=None, tune=True, tune_repeats=5)
+
+
+@pytest.fixture(scope="module")
+def tuned(example_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tuned") / "tiny_cnn"
+    return out, build(example_model, out, FAST)
+
+
+def test_the_fastest_correct_candidate_ships_with_its_record(tuned, example_model):
+    _, result = tuned
+    m = result.bundle.manifest
+    for r in m.regions:
+        t = r.tuning
+        correct = [c for c in t.candidates if c.rejected is None]
+        assert t.candidates[0].name == "default" and len(t.candidates) >= 5
+        assert t.best_us == min(c.median_us for c in correct) and t.winner in {c.name for c in correct}
+        assert r.flags == next(c.flags for c in t.candidates if c.name == t.winner)
+        assert all(c.max_abs_diff is not None and c.max_abs_diff < 1e-2 for c in correct)
+    assert m.host_runtime is not None and m.host_runtime.driver in mf.HOST_DRIVERS
+    assert len(m.host_runtime.measured) >= 3
+    golden(result.bundle.path, example_model)          # what ships still matches onnxruntime
+    assert mf.read(result.bundle.path) == m            # and the manifest says so on disk
+
+
+def test_the_runtime_opens_the_host_driver_the_tuning_chose(tuned):
+    _, result = tuned
+    with runtime.load(result.bundle.path) as session:
+        assert set(session._devices) == {result.bundle.manifest.host_runtime.driver}
+
+
+def test_tuning_an_unchanged_model_again_compiles_and_times_nothing(tuned, example_model, monkeypatch):
+    out, first = tuned
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a second tuning run compiled or timed something")
+
+    monkeypatch.setattr("aot.lower.executor.run_task", forbidden)
+    monkeypatch.setattr("aot.tune.search.run_probe", forbidden)
+    monkeypatch.setattr("aot.tune.runtime.run_probe", forbidden)
+    again = build(example_model, out, FAST)
+    assert again.bundle.manifest == first.bundle.manifest
+
+
+def test_the_report_shows_every_candidate_and_the_host_runtime(tuned):
+    out, result = tuned
+    text = run_aot("report", str(out)).stdout
+    assert "tuning (warm medians" in text and "host runtime:" in text
+    assert all(c.name in text for c in result.bundle.manifest.regions[0].tuning.candidates)
+
+
+def test_vulkan_regions_are_tuned_on_the_vulkan_device(example_model, tmp_path):
+    from conftest import _require_vulkan
+
+    _require_vulkan()
+    result = build(example_model, tmp_path / "vk", dataclasses.replace(FAST, accel=Target.parse("vulkan")))
+    accel = [r for r in result.bundle.manifest.regions if not r.target.is_host]
+    assert accel, "the example CNN has an accelerator region"
+    for r in accel:
+        assert "llvmpipe" in r.tuning.device.lower() and {"O2", "O3"} <= {c.name for c in r.tuning.candidates}
+    golden(result.bundle.path, example_model)
+
+
+def test_aot_tune_tunes_an_existing_build(example_model, tmp_path):
+    out = tmp_path / "later"
+    build(example_model, out, BuildOptions(accel=None))
+    assert all(r.tuning is None for r in mf.read(out).regions)
+    text = run_aot("tune", str(out), "--tune-repeats", "3").stdout
+    assert "tuning (warm medians" in text
+    assert all(r.tuning is not None for r in mf.read(out).regions)
+
+
+def test_aot_tune_refuses_a_bare_bundle(tuned):
+    out, _ = tuned
+    proc = run_aot("tune", str(out / "bundle"), check=False)
+    assert proc.returncode == 1 and "needs the build directory" in proc.stderr
+
+
+def test_a_dask_cluster_builds_the_same_bundle_bytes_as_the_local_pool(example_model, tmp_path):
+    import distributed  # the test extra installs it
+
+    options = BuildOptions(accel=Target.parse("vulkan"))
+    local = build(example_model, tmp_path / "local", options)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        remote = build(example_model, tmp_path / "cluster", dataclasses.replace(options, cluster=cluster.scheduler_address))
+        workers = len(cluster.scheduler_info["workers"])
+    assert workers == 2
+    files = sorted(p.relative_to(local.bundle.path) for p in local.bundle.path.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(remote.bundle.path) for p in remote.bundle.path.rglob("*") if p.is_file())
+    for f in files:
+        assert (local.bundle.path / f).read_bytes() == (remote.bundle.path / f).read_bytes(), f
+    assert json.loads((remote.bundle.path / "manifest.json").read_text())["regions"]
