@@ -51,11 +51,13 @@ def run_task(task: CompileTask) -> CompileOutcome:
     """Run one task with this machine's iree-compile (a pool thread or a cluster worker)."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aot-compile-") as tmp:
-        src, out = Path(tmp, "region.mlir"), Path(tmp, "region.vmfb")
-        src.write_bytes(task.mlir)
-        argv = [iree_compile_path(), str(src), *task.flags, "-o", str(out)]
+        out = Path(tmp, "region.vmfb")
+        # The MLIR goes in on stdin: a source file's path ends up in the module's debug
+        # locations, and the same region must give the same bytes wherever it compiles.
+        argv = [iree_compile_path(), "-", *task.flags, "-o", str(out)]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=task.timeout)
+            proc = subprocess.run(argv, input=task.mlir.decode(), capture_output=True, text=True,
+                                  timeout=task.timeout)
         except subprocess.TimeoutExpired:
             return CompileOutcome(None, -1, f"error: iree-compile timed out after {task.timeout:.0f}s",
                                   time.perf_counter() - start, compiler_version())

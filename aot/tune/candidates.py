@@ -36,9 +36,12 @@ class FlagSet:
     flags: tuple[str, ...]      # optimisation flags, in place of the target's defaults
 
 
-def candidates(target: Target, mlir: str, cores: int | None = None) -> tuple[FlagSet, ...]:
-    """The default first (every other set is measured against it), then the target's search space."""
-    default = FlagSet("default", target.default_opt_flags)
+def candidates(target: Target, mlir: str, cores: int | None = None,
+               default: tuple[str, ...] | None = None) -> tuple[FlagSet, ...]:
+    """The default first (every other set is measured against it), then the target's search space.
+    ``default``: the flags the untuned region really got (None: the target's defaults; a region
+    whose defaults failed to compile got none)."""
+    default = FlagSet("default", target.default_opt_flags if default is None else default)
     conv, quant = bool(_CONV.search(mlir)), bool(_QUANT.search(mlir))
     if target.backend == "llvm-cpu":
         found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)

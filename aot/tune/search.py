@@ -49,7 +49,7 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
     todo: list[tuple[RegionEntry, tuple[FlagSet, ...], Path]] = []
     for r in manifest.regions:
         text = mlir_of(r.name).read_text()
-        sets = candidates(r.target, text)
+        sets = candidates(r.target, text, default=r.flags)
         key = _key(text, r, manifest.driver(r), sets, settings)
         record = store / f"{key}.json"
         if record.exists():

@@ -40,3 +40,9 @@ def test_quantised_sets_only_for_int8_regions():
 def test_thread_distribution_names_the_core_count():
     names = {s.name for s in candidates(Target.host(), MATMUL, cores=16)}
     assert "O2+threads=16" in names
+
+
+def test_the_default_is_what_the_untuned_region_got():
+    # PP-OCR-det's region fails with im2col and is compiled without it: that is its default.
+    sets = candidates(Target.host(), CONV, default=())
+    assert sets[0].flags == () and "direct-conv" not in {s.name for s in sets}
