@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -50,6 +51,13 @@ class Workspace:
     def prepare(self) -> None:
         for p in (self.build, self.cache):
             p.mkdir(parents=True, exist_ok=True)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write a cache record atomically: concurrent builds sharing a cache never read half a file."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
 
 
 def publish(staging: Path, target: Path) -> None:

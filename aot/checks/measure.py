@@ -4,12 +4,12 @@ decide on them: the partitioned bundle must beat the whole model compiled for th
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from aot import runtime
 from aot.checks.reference import random_inputs
 from aot.runtime.manifest import Manifest
+from aot.workspace import write_json
 
 
 def profile(bundle: Path, manifest: Manifest, cache: Path, repeats: int = 20) -> tuple[float, dict[str, float]]:
@@ -21,7 +21,5 @@ def profile(bundle: Path, manifest: Manifest, cache: Path, repeats: int = 20) ->
         total, per_region = session.profile(random_inputs(manifest.inputs, seed=0), repeats)
     for r in manifest.regions:
         known[f"{r.sha256}:{r.target.driver}"] = per_region[r.name]
-    tmp = store.with_name(store.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(known, indent=1))
-    os.replace(tmp, store)
+    write_json(store, known)
     return total, per_region

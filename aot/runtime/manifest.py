@@ -129,7 +129,7 @@ class RegionEntry:
         return cls(str(d["name"]), target, str(d["planned_device"]), str(d["module"]), str(d["function"]),
                    _strs(d["inputs"]), _strs(d["outputs"]), _strs(d["nodes"]), int(d["compute_nodes"]),
                    int(d["flops"]), float(d["estimated_us"]), str(d["sha256"]), _opt_str(d["fallback"]),
-                   None if d.get("measured_us") is None else float(d["measured_us"]),
+                   _opt_float(d.get("measured_us")),
                    _strs(d.get("flags", [])), _optional(Tuning.from_json, d.get("tuning")))
 
 
@@ -239,7 +239,7 @@ class GateRecord:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GateRecord":
         return cls(bool(d["accepted"]), float(d["partitioned_us"]), float(d["all_host_us"]),
-                   None if d["all_accel_us"] is None else float(d["all_accel_us"]), str(d["detail"]),
+                   _opt_float(d["all_accel_us"]), str(d["detail"]),
                    bool(d.get("measured", False)))
 
 

@@ -22,6 +22,7 @@ from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.tools import zoo
 from aot.tools.bench import _same_answers, interleaved
+from aot.tune.search import cpu_model
 
 ORT, ORT1, DEFAULT, TUNED = "onnxruntime", "onnxruntime 1 thread", "aot default", "aot tuned"
 CONTENDERS = (ORT, ORT1, DEFAULT, TUNED)
@@ -55,7 +56,7 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
         progress(f"bench    {name}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()))
     good = [r for r in rows if "error" not in r]
     return {
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()},
         "iterations": iterations, "models": rows,
         "geomean": {k: _geomean([r["ratios"][k] for r in good]) for k in good[0]["ratios"]} if good else {},
     }
@@ -81,14 +82,6 @@ def _time_model(name: str, default: Path, tuned: Path, iterations: int, warmup: 
 
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
-
-
-def _cpu() -> str:
-    try:
-        return next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                     if ln.startswith("model name")), platform.processor())
-    except OSError:
-        return platform.processor()
 
 
 def text(result: dict) -> str:

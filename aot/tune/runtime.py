@@ -19,6 +19,7 @@ import numpy as np
 from aot.checks.reference import random_inputs
 from aot.runtime.manifest import HostRuntime, Manifest
 from aot.tune.search import TuneSettings, device_identity, run_probe
+from aot.workspace import write_json
 
 ROUNDS = 3
 
@@ -67,8 +68,6 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
     chosen = HostRuntime(configs[best][0], configs[best][1],
                          tuple((" ".join((configs[i][0], *configs[i][1])), round(us, 1)) for i, us in measured.items()))
     record.parent.mkdir(parents=True, exist_ok=True)
-    tmp_record = record.with_name(record.name + f".tmp{os.getpid()}")
-    tmp_record.write_text(json.dumps(chosen.to_json(), indent=1))
-    os.replace(tmp_record, record)
+    write_json(record, chosen.to_json())
     progress(f"runtime  {chosen.label} ({', '.join(f'{k} {v:.0f} us' for k, v in chosen.measured)})")
     return chosen

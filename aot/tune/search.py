@@ -23,6 +23,7 @@ from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
 from aot.runtime.manifest import Manifest, RegionEntry, TuneCandidate, Tuning
 from aot.tune.candidates import FlagSet, candidates
+from aot.workspace import write_json
 
 PROBE_TIMEOUT_S = 600       # one probe process: load, check and time every candidate of a region
 # A candidate must beat the default by this much to replace it. Medians of the same module on
@@ -67,9 +68,7 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
     for r, sets, record in todo:
         outcomes = [next(compiled) for _ in sets]
         tuning = _measure(staged_dir, manifest, r, sets, outcomes, reference, settings)
-        tmp = record.with_name(record.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(tuning.to_json(), indent=1))
-        os.replace(tmp, record)
+        write_json(record, tuning.to_json())
         found[r.name] = tuning
         speed = f"{tuning.speedup:.2f}x the default" if tuning.speedup else "no faster candidate"
         progress(f"tune     {r.name}: {tuning.winner} ({speed}; "
@@ -86,13 +85,7 @@ def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...],
 def device_identity(driver: str) -> str:
     """What the timings were taken on: the CPU model and core count, or the GPU's name."""
     if driver.startswith("local-"):
-        model = ""
-        try:
-            model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                          if ln.startswith("model name")), "")
-        except OSError:
-            pass
-        return f"{model or 'cpu'} x{os.cpu_count()}"
+        return f"{cpu_model()} x{os.cpu_count()}"
     try:
         import iree.runtime as rt
 
@@ -100,6 +93,17 @@ def device_identity(driver: str) -> str:
         return f"{driver}:{infos[0]['name']}" if infos else driver
     except Exception:
         return driver
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo; the platform's processor string elsewhere)."""
+    import platform
+
+    try:
+        return next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                     if ln.startswith("model name")), platform.processor() or "cpu")
+    except OSError:
+        return platform.processor() or "cpu"
 
 
 def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tuple[FlagSet, ...],
