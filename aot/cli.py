@@ -76,6 +76,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_build_options(bn)
     bn.set_defaults(func=_cmd_bench)
 
+    pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
+                                        "beside onnxruntime's time per operator type")
+    pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
+    pf.add_argument("--model", help="the source ONNX model (default: the one named in the manifest)")
+    pf.add_argument("--runs", type=int, default=20)
+    pf.add_argument("--top", type=int, default=10, help="dispatches listed per region")
+    pf.add_argument("--json", help="also write the profile as JSON to this file")
+    pf.set_defaults(func=_cmd_profile)
+
     cf = sub.add_parser("conformance", help="run ONNX node test cases through the whole pipeline")
     cf.add_argument("--target", choices=Target.backends(), default="llvm-cpu")
     cf.add_argument("--filter", help="regular expression on test case names")
@@ -286,6 +295,19 @@ def _corpus_bench(args: argparse.Namespace) -> int:
     print(corpus_bench.text(result))
     for path in corpus_bench.write(result, Path(args.docs)):
         print(path)
+    return 0
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    import json
+
+    from aot.tools import profile
+
+    result = profile.profile_bundle(args.bundle, Path(args.model) if args.model else None, runs=args.runs)
+    print(result.text(args.top))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + "\n")
+        print(args.json)
     return 0
 
 

@@ -1,0 +1,190 @@
+"""Per-dispatch profile of a bundle: where each region's time goes, beside where onnxruntime's goes.
+
+Each region runs in ``iree-benchmark-module`` (IREE's own runner, so nothing of ``aot`` is timed)
+on its recorded driver and runtime flags, fed the intermediate tensors onnxruntime computes for
+it, with IREE's HAL profiling on: host-execution events on the CPU's local drivers, device
+timestamps (dispatch-events) on Vulkan and CUDA. ``iree-profile statistics`` reduces the capture
+to one row per dispatch function. onnxruntime's own profiler gives its time per operator type for
+the same model and input, so a slow model shows which of its dispatches lose, and to what."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from aot.checks import reference, verify
+from aot.errors import AotError
+from aot.runtime import manifest as mf
+
+# The local drivers record when each dispatch ran on the host; devices timestamp their queues.
+_MODES = {"local-task": "host-execution", "local-sync": "host-execution"}
+_DEVICE_MODE = "dispatch-events"
+_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+_SHAPE_OR_TYPE = re.compile(r"[\dx]*(x?[fiu]\d+)?")   # 12x80x240x5x5, 40x6625xf32, f32, i64
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchTime:
+    name: str           # IREE's dispatch function, e.g. r0$async_dispatch_22_conv_12x80x240x5x5_f32
+    calls: float        # per run
+    us: float           # per run, all calls
+
+    @property
+    def kind(self) -> str:
+        return dispatch_kind(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class RegionProfile:
+    region: str
+    target: str
+    driver: str
+    runs: int
+    wall_us: float                          # per call, as iree-benchmark-module timed it
+    dispatches: tuple[DispatchTime, ...]    # slowest first
+
+    @property
+    def total_us(self) -> float:
+        return sum(d.us for d in self.dispatches)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    model: str
+    regions: tuple[RegionProfile, ...]
+    onnxruntime_wall_us: float                   # median per run, profiler off
+    # (op type, us per run) from onnxruntime's profiler, slowest first. Its per-node bookkeeping
+    # inflates small kernels, so only the shares compare; the wall time is measured without it.
+    onnxruntime: tuple[tuple[str, float], ...]
+
+    def text(self, top: int = 10) -> str:
+        lines = [f"model {self.model}: time per run inside dispatches (IREE) and kernels (onnxruntime)"]
+        for r in self.regions:
+            lines.append(f"region {r.region} ({r.target} on {r.driver}, {r.runs} runs): {r.wall_us / 1e3:.3f} ms per call, "
+                         f"{r.total_us / 1e3:.3f} ms in dispatches ({100 * r.total_us / r.wall_us:.0f}%)")
+            lines.append("  by kind: " + _shares(by_kind(r.dispatches), r.total_us))
+            lines += [f"  {d.us:9.1f} us {100 * d.us / r.total_us:5.1f}%  x{d.calls:g}  {d.name.split('$')[-1]}"
+                      for d in r.dispatches[:top]]
+        ort_total = sum(us for _, us in self.onnxruntime)
+        lines.append(f"onnxruntime (cpu, default threads): {self.onnxruntime_wall_us / 1e3:.3f} ms per run")
+        lines.append("  kernel shares: " + _shares(self.onnxruntime, ort_total, ms=False))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "onnxruntime_wall_us": self.onnxruntime_wall_us,
+                "onnxruntime_kernel_us": dict(self.onnxruntime),
+                "regions": [{"region": r.region, "target": r.target, "driver": r.driver, "runs": r.runs,
+                             "wall_us": r.wall_us, "dispatch_us": r.total_us, "by_kind_us": dict(by_kind(r.dispatches)),
+                             "dispatches": [{"name": d.name, "calls": d.calls, "us": d.us} for d in r.dispatches]}
+                            for r in self.regions]}
+
+
+def dispatch_kind(name: str) -> str:
+    """``r0$async_dispatch_22_conv_12x80x240x5x5_f32`` -> ``conv``: IREE names a dispatch after its
+    root op and shapes; the kind is the name without its number, sizes and element type."""
+    tail = re.sub(r"^.*?dispatch_\d+_?", "", name.split("$")[-1]).split("_dispatch")[0]
+    return "_".join(t for t in tail.split("_") if not _SHAPE_OR_TYPE.fullmatch(t)) or "other"
+
+
+def by_kind(dispatches: tuple[DispatchTime, ...]) -> tuple[tuple[str, float], ...]:
+    total: collections.Counter[str] = collections.Counter()
+    for d in dispatches:
+        total[d.kind] += d.us
+    return tuple(total.most_common())
+
+
+def profile_bundle(bundle: str | Path, model: Path | None = None, runs: int = 20) -> Profile:
+    path = mf.bundle_dir(bundle)
+    manifest = mf.read(path)
+    source = model or Path(manifest.model.source)
+    if not source.is_file():
+        raise AotError(f"the bundle's source model {source} is gone",
+                       hint="pass the model with --model to compare with onnxruntime")
+    feeds = {**reference.random_inputs(manifest.inputs, seed=0), **reference.constant_inputs(manifest)}
+    values = {**verify.reference_values(onnx.load(str(source)), feeds), **feeds}
+    with tempfile.TemporaryDirectory(prefix="aot-profile-") as tmp:
+        regions = tuple(_profile_region(path, manifest, r, values, Path(tmp), runs) for r in manifest.regions)
+    return Profile(manifest.model.name, regions, *_onnxruntime(source, feeds, runs))
+
+
+def _profile_region(bundle: Path, manifest: mf.Manifest, region: mf.RegionEntry,
+                    values: dict[str, np.ndarray], tmp: Path, runs: int) -> RegionProfile:
+    driver = manifest.driver(region)
+    args = [f"--module={mf.safe_member(bundle, region.module)}", f"--function={region.function}",
+            f"--device={driver}", f"--benchmark_min_time={runs}x", "--benchmark_format=json",
+            f"--device_profiling_mode={_MODES.get(driver, _DEVICE_MODE)}",
+            f"--device_profiling_output={tmp / region.name}.ireeprof"]
+    if manifest.weights:
+        args.append(f"--parameters={manifest.weights.scope}={mf.safe_member(bundle, manifest.weights.path)}")
+    if manifest.host_runtime and manifest.host_runtime.driver == driver:
+        args += manifest.host_runtime.flags
+    for i, name in enumerate(region.inputs):
+        np.save(tmp / f"{region.name}.{i}.npy", values[name])
+        args.append(f"--input=@{tmp / region.name}.{i}.npy")
+    (timed,) = json.loads(_tool("iree-benchmark-module", args))["benchmarks"]
+    wall_us = timed["real_time"] * _US[timed["time_unit"]]
+    rows = _tool("iree-profile", ["statistics", "--format=jsonl", f"{tmp / region.name}.ireeprof"])
+    return RegionProfile(region.name, str(region.target), driver, runs, wall_us, _dispatches(rows, runs))
+
+
+def _dispatches(jsonl: str, runs: int) -> tuple[DispatchTime, ...]:
+    """One row per dispatch function: ``host_execution_function`` (local drivers) or
+    ``dispatch_function`` (devices); each sample is one call."""
+    rows = [json.loads(line) for line in jsonl.splitlines() if line.strip()]
+    found = [DispatchTime(r["function_name"], r["sample_count"] / runs, r["total_duration_ns"] / runs / 1e3)
+             for r in rows if r.get("row_type") in ("host_execution_function", "dispatch_function")]
+    return tuple(sorted(found, key=lambda d: -d.us))
+
+
+def _onnxruntime(model: Path, feeds: dict[str, np.ndarray],
+                 runs: int) -> tuple[float, tuple[tuple[str, float], ...]]:
+    import onnxruntime as ort
+
+    plain = reference.session(model)
+    wanted = {i.name for i in plain.get_inputs()}
+    feeds = {k: v for k, v in feeds.items() if k in wanted}
+    walls = []
+    for _ in range(runs + 1):
+        start = time.perf_counter()
+        plain.run(None, feeds)
+        walls.append((time.perf_counter() - start) * 1e6)
+    with tempfile.TemporaryDirectory(prefix="aot-ort-profile-") as tmp:
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        for _ in range(runs):
+            session.run(None, feeds)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    total: collections.Counter[str] = collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            total[e["args"]["op_name"]] += e["dur"] / runs     # microseconds
+    return statistics.median(walls[1:]), tuple(total.most_common())
+
+
+def _tool(name: str, args: list[str]) -> str:
+    import iree._runtime_libs as libs
+
+    argv = [str(Path(libs.__file__).parent / name), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise AotError(f"{name} failed (exit {proc.returncode}):\n{tail}",
+                       hint="reproduce with: " + " ".join(argv))
+    return proc.stdout
+
+
+def _shares(items: tuple[tuple[str, float], ...], total: float, top: int = 6, ms: bool = True) -> str:
+    return ", ".join(f"{k} {us / 1e3:.3f} ms ({100 * us / total:.0f}%)" if ms else f"{k} {100 * us / total:.0f}%"
+                     for k, us in items[:top]) if total else "-"

@@ -1,0 +1,55 @@
+"""`aot profile`: every region's dispatches timed on its own device by IREE's HAL profiler, beside
+onnxruntime's kernel shares."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_aot
+
+from aot.errors import AotError
+from aot.tools.profile import _dispatches, by_kind, dispatch_kind, profile_bundle
+
+
+def test_dispatch_kind_drops_number_shapes_and_element_type():
+    assert dispatch_kind("r0$async_dispatch_22_conv_12x80x240x5x5_f32") == "conv"
+    assert dispatch_kind("r0$async_dispatch_92_softmax_40x6625xf32_dispatch_tensor_store") == "softmax"
+    assert dispatch_kind("r1$async_dispatch_0_elementwise_broadcast_10_i64") == "elementwise_broadcast"
+    assert dispatch_kind("main$async_dispatch_3_matmul_like_6x80x480x480_f32") == "matmul_like"
+    assert dispatch_kind("r0$async_dispatch_7") == "other"
+
+
+def test_statistics_rows_become_per_run_times_slowest_first():
+    rows = [{"type": "statistics_summary"},
+            {"row_type": "host_execution_function", "function_name": "r0$async_dispatch_1_conv_8x8_f32",
+             "sample_count": 10, "total_duration_ns": 50_000},
+            {"row_type": "host_execution_command_operation", "function_name": "r0$async_dispatch_1_conv_8x8_f32",
+             "sample_count": 10, "total_duration_ns": 50_000},   # the same calls seen per command: not again
+            {"row_type": "dispatch_function", "function_name": "r0$async_dispatch_2_matmul_4x4x4_f32",
+             "sample_count": 40, "total_duration_ns": 400_000}]
+    found = _dispatches("\n".join(json.dumps(r) for r in rows), runs=10)
+    assert [(d.kind, d.calls, d.us) for d in found] == [("matmul", 4.0, 40.0), ("conv", 1.0, 5.0)]
+    assert by_kind(found) == (("matmul", 40.0), ("conv", 5.0))
+
+
+@pytest.mark.device  # runs the example's Vulkan region on lavapipe and its host region on local-task
+def test_profile_times_each_region_on_its_device(vulkan_bundle, example_model, tmp_path):
+    out = run_aot("profile", str(vulkan_bundle.bundle.path), "--model", str(example_model), "--runs", "3",
+                  "--json", str(tmp_path / "p.json")).stdout
+    data = json.loads((tmp_path / "p.json").read_text())
+    drivers = {r["region"]: r["driver"] for r in data["regions"]}
+    assert set(drivers.values()) == {"vulkan", "local-task"}, drivers
+    for r in data["regions"]:
+        assert r["dispatches"] and r["wall_us"] > 0 and r["dispatch_us"] > 0
+        assert all(d["calls"] >= 1 for d in r["dispatches"])
+    vulkan = next(r for r in data["regions"] if r["driver"] == "vulkan")
+    assert "conv" in vulkan["by_kind_us"]         # the CNN's convolutions run on the accelerator
+    assert "Conv" in data["onnxruntime_kernel_us"] and data["onnxruntime_wall_us"] > 0
+    assert "in dispatches" in out and "kernel shares: Conv" in out
+
+
+def test_profile_without_its_source_model_says_what_to_pass(host_bundle, tmp_path):
+    with pytest.raises(AotError, match="--model"):
+        profile_bundle(host_bundle.bundle.path, tmp_path / "moved.onnx", runs=1)
