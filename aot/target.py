@@ -18,8 +18,8 @@ _BACKENDS = {
     "vulkan-spirv": ("vulkan", "llvmpipe"),
     "cuda": ("cuda", "sm_80"),
 }
-# Up to this many bytes of load-time constants per expression (see Target.compile_flags).
-VULKAN_HOIST_LIMIT = 256 << 20
+# Up to this many bytes of load-time constants per expression (see Target._device_flags).
+HOIST_LIMIT = 256 << 20
 
 # Optimisation flags every region gets unless tuning picked others (see docs/performance.md for
 # the measurements). llvm-cpu: im2col turns convolutions into matmuls, 1.6-2.0x on the corpus'
@@ -99,23 +99,25 @@ class Target:
 
     def _device_flags(self, keep_f64: bool) -> tuple[str, ...]:
         f64 = ("--iree-input-demote-f64-to-f32=false",) if keep_f64 else ()
+        # IREE 3.13 hoists a constant expression such as dequantizing int8 weights (i8 -> f32, 4x
+        # the bytes) into a load-time initializer only if it grows the module's constants by less
+        # than 1 MiB; larger ones stay fused into their matmul's dispatch and run on every call.
+        hoist = f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}"
         if self.backend == "llvm-cpu":
+            # On the CPU that per-call dequantization was 14-17% of MiniLM's dispatch time
+            # (`aot profile`); onnxruntime folds the same constants once, at session creation.
             return ("--iree-hal-target-device=local",
                     "--iree-hal-local-target-device-backends=llvm-cpu",
-                    f"--iree-llvmcpu-target-cpu={self.arch}", *f64)
+                    f"--iree-llvmcpu-target-cpu={self.arch}", hoist, *f64)
         if self.backend == "vulkan-spirv":
             # Mappable results let the host read Vulkan outputs without the 4096-byte
-            # minImportedHostPointerAlignment trap (DESIGN §3). The hoisting threshold: IREE 3.13
-            # hoists a constant expression such as dequantizing int8 weights (i8 -> f32, 4x the
-            # bytes) into a load-time initializer only if it grows the module's constants by less
-            # than 1 MiB; larger ones stay fused into their matmul's dispatch, and the SPIR-V
-            # pipeline needs 6.5 minutes to bufferize one such dispatch (MiniLM's 384x1536 FFN
-            # weights) against 0.6 s for the plain f32 matmul. Hoisting them makes MiniLM's whole
-            # Vulkan compile 6.5 s; the price is device memory for the f32 copies, at load time.
+            # minImportedHostPointerAlignment trap (DESIGN §3). Hoisting: the SPIR-V pipeline
+            # needs 6.5 minutes to bufferize one fused dequantize+matmul dispatch (MiniLM's
+            # 384x1536 FFN weights) against 0.6 s for the plain f32 matmul; hoisted, MiniLM's whole
+            # Vulkan compile takes 6.5 s. The price, on every backend: memory for the f32 copies.
             return ("--iree-hal-target-device=vulkan",
                     f"--iree-vulkan-target={self.arch}",
-                    "--iree-hal-external-resources-mappable",
-                    f"--iree-opt-const-expr-max-size-increase-threshold={VULKAN_HOIST_LIMIT}")
+                    "--iree-hal-external-resources-mappable", hoist)
         return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *f64)
 
     def __str__(self) -> str:

@@ -9,7 +9,7 @@ import pytest
 from aot.errors import AotError
 from aot.lower.compile import compile_argv
 from aot.options import BuildOptions
-from aot.target import VULKAN_HOIST_LIMIT, Target
+from aot.target import HOIST_LIMIT, Target
 
 
 @pytest.mark.parametrize("text, backend, arch, driver", [
@@ -45,14 +45,16 @@ def test_default_options_hold_parsed_targets():
 def test_llvm_cpu_flags():
     flags = Target.host("x86-64-v3").compile_flags()
     assert flags == ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                     "--iree-llvmcpu-target-cpu=x86-64-v3", "--iree-global-opt-use-im2col-for-convs=true")
+                     "--iree-llvmcpu-target-cpu=x86-64-v3",
+                     f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}",
+                     "--iree-global-opt-use-im2col-for-convs=true")
     assert "--iree-input-demote-f64-to-f32=false" in Target.host().compile_flags(keep_f64=True)
 
 
 def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
     flags = Target.parse("vulkan:ampere").compile_flags()
     assert "--iree-vulkan-target=ampere" in flags and "--iree-hal-external-resources-mappable" in flags
-    assert f"--iree-opt-const-expr-max-size-increase-threshold={VULKAN_HOIST_LIMIT}" in flags
+    assert f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}" in flags
     # Vulkan has no f64 to keep: the flag would only break the SPIR-V lowering.
     assert "--iree-input-demote-f64-to-f32=false" not in Target.parse("vulkan").compile_flags(keep_f64=True)
 
