@@ -77,7 +77,9 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
 
 
 def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...], settings: TuneSettings) -> str:
-    parts = [text, str(region.target), driver, device_identity(driver), compiler_version(),
+    # The target's own flags too: a change there (say, hoisting limits) changes every candidate.
+    parts = [text, str(region.target), " ".join(region.target.compile_flags(opt=())), driver,
+             device_identity(driver), compiler_version(),
              json.dumps([[s.name, *s.flags] for s in sets]), f"{settings.repeats}/{settings.warmup}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
