@@ -115,6 +115,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=VALUE",
                    help="bake an input in as a constant (16000, 0,2 or @values.npy); branches and shapes "
                         "it decides are folded away")
+    p.add_argument("--no-index-guards", dest="index_guards", action="store_false", default=D.index_guards,
+                   help="do not guard indices computed inside the model (an out-of-range one then reads "
+                        "outside its tensor); indices that are model inputs are still checked")
     p.add_argument("--min-compute", type=int, default=D.min_compute,
                    help="accelerator regions with fewer compute nodes stay on the host")
     p.add_argument("--policy", choices=policies.names(), default=D.policy,
@@ -176,7 +179,7 @@ def _build_options(args: argparse.Namespace):
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name,
-        tune=args.tune, tune_repeats=args.tune_repeats, cluster=args.cluster)
+        tune=args.tune, tune_repeats=args.tune_repeats, cluster=args.cluster, index_guards=args.index_guards)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ class BuildOptions:
     name: str | None = None                  # model name in the manifest and stub (default: graph name)
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     constant_inputs: tuple[tuple[str, Any], ...] = ()  # (input name, number or nested list) baked in
+    index_guards: bool = True                # guard indices computed in the graph (frontend/indices.py)
     # Partitioning
     min_compute: int = 2                     # accelerator regions with fewer compute nodes go to the host
     policy: str = "greedy"                   # a registered policy (partition/policies.py): greedy, depth

@@ -59,7 +59,7 @@ class BuildResult:
 
 def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Load and partition (``options.plan_file``: validate and use that plan instead)."""
-    source = load(model, dict(options.input_shapes), dict(options.constant_inputs))
+    source = load(model, dict(options.input_shapes), dict(options.constant_inputs), options.index_guards)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
     view = GraphView.from_onnx(source.model)

@@ -85,6 +85,8 @@ def text(m: Manifest) -> str:
             lines.append(f"  {c.region}: moved to the host: {c.error}")
     if any(r.tuning for r in m.regions) or m.host_runtime:
         lines += ["", tuning_text(m)]
+    if m.index_ops:
+        lines += ["", index_text(m)]
     reasons = Counter(reason for _, reason in m.host_reasons)
     if reasons:
         lines.append("\nwhy nodes are on the host:")
@@ -111,6 +113,20 @@ def tuning_text(m: Manifest) -> str:
     if m.host_runtime:
         rt = m.host_runtime
         lines.append(f"host runtime: {rt.label} (" + ", ".join(f"{k}: {_us(v)}" for k, v in rt.measured) + ")")
+    return "\n".join(lines)
+
+
+_INDEX_STATUS = {"proved": "proved in range", "checked": "checked at the boundary", "guarded": "guarded",
+                 "unguarded": "NOT GUARDED (--no-index-guards)"}
+
+
+def index_text(m: Manifest) -> str:
+    """Every op that indexes with a tensor, and how the bundle keeps its indices in range."""
+    counts = Counter(op.status for op in m.index_ops)
+    lines = ["indexing ops (" + ", ".join(f"{n} {_INDEX_STATUS[s]}" for s, n in counts.items()) + "):"]
+    for op in m.index_ops:
+        how = {"checked": f"input {op.input!r} checked", "guarded": f"flag {op.flag}"}.get(op.status, "")
+        lines.append(f"  {op.op} {op.node}: {_INDEX_STATUS[op.status]}, valid {op.valid} {how}".rstrip())
     return "\n".join(lines)
 
 
@@ -217,6 +233,7 @@ schedule {esc(' → '.join(m.schedule))}; policy {esc(part.policy)}, select {esc
 <h2>Unsupported operators</h2>{f'<table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>' if unsupported else '<p>none: every node is supported by the accelerator target</p>'}
 {f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
 {tuned}
+{f"<h2>Indexing ops</h2><pre>{esc(index_text(m))}</pre>" if m.index_ops else ""}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>
 <div class="pic">{svg(m)}</div>
 </body></html>

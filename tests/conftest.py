@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from aot.tools import examples
 from aot.frontend.graph import GraphView, Node, Value
@@ -106,3 +109,38 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
         np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=o.name)
     return {o.name: float(np.abs(a.astype(np.float64) - e).max(initial=0.0))
             for a, e, o in zip(actual, expected, data.outputs)}
+
+
+def onnx_model(nodes, inputs, outputs, inits=(), opset=17):
+    """A one-graph ONNX model from helper-made nodes and value infos."""
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def indexing_model() -> onnx.ModelProto:
+    """Four Gathers from one table of 10 rows: ids straight from an input (reshaped), ids + 3
+    computed in the graph, ids clipped into [0, 9], and constant ids; plus a GatherND whose index
+    pairs are an input."""
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    three = numpy_helper.from_array(np.array(3, np.int64), "three")
+    lo, hi = numpy_helper.from_array(np.array(0, np.int64), "lo"), numpy_helper.from_array(np.array(9, np.int64), "hi")
+    const_ids = numpy_helper.from_array(np.array([0, 9, -10], np.int64), "const_ids")
+    shape = numpy_helper.from_array(np.array([2, 3], np.int64), "shape")
+    nodes = [
+        helper.make_node("Reshape", ["ids", "shape"], ["ids2d"], name="reshape"),
+        helper.make_node("Gather", ["table", "ids2d"], ["direct"], name="g_direct"),
+        helper.make_node("Add", ["ids", "three"], ["shifted"], name="add"),
+        helper.make_node("Gather", ["table", "shifted"], ["computed"], name="g_computed"),
+        helper.make_node("Clip", ["shifted", "lo", "hi"], ["clipped"], name="clip"),
+        helper.make_node("Gather", ["table", "clipped"], ["bounded"], name="g_clipped"),
+        helper.make_node("Gather", ["table", "const_ids"], ["fixed"], name="g_const"),
+        helper.make_node("GatherND", ["grid", "pairs"], ["picked"], name="g_nd"),
+    ]
+    return onnx_model(nodes,
+                  [helper.make_tensor_value_info("ids", TensorProto.INT64, [6]),
+                   helper.make_tensor_value_info("grid", TensorProto.FLOAT, [3, 5]),
+                   helper.make_tensor_value_info("pairs", TensorProto.INT64, [4, 2])],
+                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
+                   (("direct", [2, 3, 4]), ("computed", [6, 4]), ("bounded", [6, 4]), ("fixed", [3, 4]),
+                    ("picked", [4]))],
+                  [table, three, lo, hi, const_ids, shape])

@@ -79,6 +79,7 @@ def describe(source: ModelSource, view: GraphView, plan: Plan, partition: Partit
         cpu_flags=mf.cpu_flags(),
         toolchain=(("aot", aot.__version__), ("iree-base-compiler", version("iree-base-compiler")),
                    ("iree-base-runtime", version("iree-base-runtime")), ("onnx", version("onnx"))),
+        index_ops=source.index_ops,
     )
 
 

@@ -18,8 +18,10 @@ from onnx import numpy_helper, shape_inference, version_converter
 from aot.errors import ModelError
 from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.fold import fold_constants, prune
+from aot.frontend.indices import index_safety
 from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
+from aot.runtime.manifest import IndexOp
 
 TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
 SUPPORTED_DOMAINS = ("", "ai.onnx")
@@ -46,14 +48,17 @@ class ModelSource:
     outputs: tuple[TensorSpec, ...]
     folded_nodes: int = 0   # nodes replaced by constants (static shape chains, constant branches)
     constants: tuple[tuple[str, np.ndarray], ...] = ()  # inputs baked in as constants
+    index_ops: tuple[IndexOp, ...] = ()  # every op indexing with a tensor, and how it is kept in range
 
 
 def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
-         constants: dict[str, np.ndarray] | None = None) -> ModelSource:
+         constants: dict[str, np.ndarray] | None = None, index_guards: bool = True) -> ModelSource:
     """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong.
 
     ``constants`` bakes inputs in (a sample rate, reduction axes): they stop being inputs, and
-    folding plus ``If`` inlining then removes whatever only they decided.
+    folding plus ``If`` inlining then removes whatever only they decided. ``index_guards``: guard
+    the indexing ops whose indices are computed in the graph (``frontend/indices.py``); their
+    flags become extra graph outputs that ``ModelSource.outputs`` does not list.
     """
     path = Path(path)
     raw = _read(path)
@@ -73,14 +78,18 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     workarounds = run_sequence(model, (trim_conv_end_padding, expand_reflect_pad))  # both for IREE 3.13 bugs
     if workarounds.modified:
         model = _check_and_infer(workarounds.model, path)
+    guarded, index_ops = index_safety(model, guard=index_guards)
+    if guarded is not model:
+        model = _check_and_infer(guarded, path)
+    flags = {op.flag for op in index_ops}
     name = model.graph.name or path.stem
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
     # iree-compile, so the imported function always gets a fixed name and `name` stays data.
     model.graph.name = "main_graph"
     inputs = tuple(_spec(v, path) for v in _real_inputs(model))
-    outputs = tuple(_spec(v, path) for v in model.graph.output)
+    outputs = tuple(_spec(v, path) for v in model.graph.output if v.name not in flags)
     return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs, folded,
-                       baked)
+                       baked, index_ops)
 
 
 def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],

@@ -342,6 +342,41 @@ class Verification:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexOp:
+    """An op that reads or writes at positions given by a tensor (Gather, ScatterND, ...), and how
+    the bundle keeps those positions inside the tensor. IREE's generated code does not
+    bounds-check data-dependent indices, so an index outside its axis reads or writes memory.
+
+    ``status``: "proved" (interval analysis bounds the indices inside the axis), "checked" (they
+    are model input ``input``, checked by the runtime before it runs anything) or "guarded"
+    (computed in the graph: clamped before the op, and ``flag`` counts the ones out of range; the
+    runtime raises instead of returning the clamped result). ``dims``: the sizes of the indexed
+    axes; an index ``i`` into a dim ``d`` is valid in [-d, d-1]. GatherND/ScatterND index several
+    axes with the last axis of their indices: one dim per position along it."""
+
+    node: str
+    op: str
+    indices: str
+    dims: tuple[int, ...]
+    status: str
+    input: str | None = None
+    flag: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "op": self.op, "indices": self.indices, "dims": list(self.dims),
+                "status": self.status, "input": self.input, "flag": self.flag}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "IndexOp":
+        return cls(str(d["node"]), str(d["op"]), str(d["indices"]), tuple(int(x) for x in d["dims"]),
+                   str(d["status"]), _opt_str(d.get("input")), _opt_str(d.get("flag")))
+
+    @property
+    def valid(self) -> str:
+        return ", ".join(f"[{-d}, {d - 1}]" for d in self.dims)
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     model: ModelInfo
     inputs: tuple[TensorSig, ...]
@@ -358,6 +393,7 @@ class Manifest:
     toolchain: tuple[tuple[str, str], ...]       # (package, version)
     verification: Verification | None = None
     host_runtime: HostRuntime | None = None      # None: local-task with IREE's default topology
+    index_ops: tuple[IndexOp, ...] = ()
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
@@ -402,6 +438,8 @@ class Manifest:
             d["verification"] = self.verification.to_json()
         if self.host_runtime is not None:
             d["host_runtime"] = self.host_runtime.to_json()
+        if self.index_ops:
+            d["index_ops"] = [i.to_json() for i in self.index_ops]
         return d
 
     @classmethod
@@ -428,6 +466,7 @@ class Manifest:
             tuple((str(k), str(v)) for k, v in d["toolchain"].items()),
             _optional(Verification.from_json, d.get("verification")),
             _optional(HostRuntime.from_json, d.get("host_runtime")),
+            tuple(map(IndexOp.from_json, d.get("index_ops", []))),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")

@@ -49,6 +49,8 @@ class Session:
         self._outputs = manifest.outputs
         self._regions = {r.name: r for r in manifest.regions}
         self._schedule = manifest.schedule
+        self._checked_indices = tuple(op for op in manifest.index_ops if op.status == "checked")
+        self._guards = tuple(op for op in manifest.index_ops if op.status == "guarded")
         self._instance = rt.VmInstance()
         self._devices: dict[str, Any] = {}
         self._contexts: dict[str, Any] = {}
@@ -119,16 +121,29 @@ class Session:
         """Run the schedule; intermediates stay on a device while the next region runs there."""
         if not self._invokers:
             raise BundleError("this session is closed")
-        values: dict[str, tuple[str | None, Any]] = {
-            name: (None, arr) for name, arr in check_inputs(self._inputs, inputs).items()}
+        checked = check_inputs(self._inputs, inputs)
+        check_index_inputs(self._checked_indices, checked)
+        values: dict[str, tuple[str | None, Any]] = {name: (None, arr) for name, arr in checked.items()}
         try:
             for name in self._schedule:
                 self._run_region(name, values)
+            self._check_guards(values)
             return tuple(self._to_numpy(values[o.name], o.dtype) for o in self._outputs)
         finally:
             # Device buffers must not outlive this call through a traceback: released after
             # their device at interpreter exit, they crash the process.
             values.clear()
+
+    def _check_guards(self, values: dict[str, tuple[str | None, Any]]) -> None:
+        """A guard clamped indices computed in the graph: the result is not the model's answer."""
+        for op in self._guards:
+            count = int(self._to_numpy(values[op.flag]))
+            if count:
+                raise RuntimeInputError(
+                    f"{op.op} node {op.node!r}: {count} index value(s) computed inside the model from these "
+                    f"inputs fall outside {op.valid}; the bundle refused the result instead of reading "
+                    "outside the tensor",
+                    hint="onnxruntime fails on these inputs too; check the values that feed the indices")
 
     def _run_region(self, name: str, values: dict[str, tuple[str | None, Any]]) -> None:
         region = self._regions[name]
@@ -293,6 +308,24 @@ def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dic
                                     hint="rebuild with --input-shape to compile another shape")
         out[name] = _contiguous(arr)
     return out
+
+
+def check_index_inputs(ops: tuple[mf.IndexOp, ...], inputs: Mapping[str, np.ndarray]) -> None:
+    """Inputs that index a tensor must lie inside its axis: the compiled code would read or write
+    wherever an out-of-range index points. Negative indices count from the end, as in ONNX."""
+    for op in ops:
+        arr = inputs[op.input]
+        dims = np.array(op.dims, dtype=np.int64)
+        if len(op.dims) > 1 and (arr.ndim == 0 or arr.shape[-1] != len(op.dims)):
+            raise RuntimeInputError(f"input {op.input!r}: its last axis must hold {len(op.dims)} indices "
+                                    f"for the {op.op} node {op.node!r}")
+        bad = (arr < -dims) | (arr > dims - 1)
+        if bad.any():
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise RuntimeInputError(
+                f"input {op.input!r}: value {arr[pos]} at position {list(pos)} is outside {op.valid}, "
+                f"the range the {op.op} node {op.node!r} can index",
+                hint="onnxruntime rejects it too (indices out of data bounds); pass ids the model knows")
 
 
 def _contiguous(arr: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import aot
-from aot.checks import golden as check
+from aot.checks import golden as check, reference
 from aot.options import BuildOptions
 from aot.partition.support import Overrides
 from aot.target import Target
@@ -192,3 +192,27 @@ def test_vad_streams_with_state_and_finds_the_speech(accel, corpus_bundle):
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
     assert (ours[label == 1] > 0.5).all() and (ours[label == 0] < 0.5).all()
     assert (label == 1).sum() >= 20 and (label == 0).sum() >= 40
+
+
+def test_minilm_refuses_an_out_of_range_token_id_instead_of_crashing(corpus_bundle):
+    """A token id of 10^9 made the bundle's process die with SIGSEGV (the embedding Gather read
+    past its table); onnxruntime refuses it. The stub now refuses it too, naming where it is."""
+    from aot.errors import RuntimeInputError
+
+    result = corpus_bundle("minilm", "none")
+    entry = zoo.by_name("minilm")
+    path = zoo.fetch(entry)
+    inputs = {k: v.copy() for k, v in samples.for_model(entry, path).items()}
+    inputs["input_ids"][0, 5] = 10**9
+    assert {(op.node, op.status) for op in result.bundle.manifest.index_ops} >= {
+        ("node_embedding", "checked"), ("node_embedding_1", "checked")}
+    stub = check.load_stub_class(result.bundle.path)()
+    try:
+        with pytest.raises(RuntimeInputError, match=r"input 'input_ids': value 1000000000 at position \[0, 5\] "
+                                                     r"is outside \[-30522, 30521\], the range the Gather node "
+                                                     r"'node_embedding' can index"):
+            stub(*[inputs[s.name] for s in result.bundle.manifest.inputs])
+    finally:
+        stub.close()
+    with pytest.raises(Exception, match="out of data bounds"):   # what onnxruntime says
+        reference.session(path).run(None, inputs)
