@@ -117,7 +117,7 @@ def tuning_text(m: Manifest) -> str:
 
 
 _INDEX_STATUS = {"proved": "proved in range", "checked": "checked at the boundary", "guarded": "guarded",
-                 "unguarded": "NOT GUARDED (--no-index-guards)"}
+                 "defined": "defined by the op (no read at the index)", "unguarded": "NOT GUARDED (--no-index-guards)"}
 
 
 def index_text(m: Manifest) -> str:

@@ -28,6 +28,9 @@ from aot.runtime.manifest import IndexOp
 INDEXING = {"Gather": 1, "GatherElements": 1, "GatherND": 1, "ScatterElements": 1, "Scatter": 1, "ScatterND": 1}
 # Ops that pass an input's values on unchanged (a Cast only when it widens or keeps an integer).
 _VALUE_PRESERVING = frozenset({"Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+# Ops whose spec defines out-of-range indices without reading there: OneHot gives an all-off row
+# (IREE 3.13 lowers it to comparisons and matches onnxruntime on such indices).
+DEFINED = {"OneHot": 0}
 FLAG_PREFIX = "aot.index_flag."
 
 
@@ -43,7 +46,14 @@ def index_safety(model: onnx.ModelProto, guard: bool = True) -> tuple[onnx.Model
     constants = {t.name: t for t in g.initializer}
     ops: list[IndexOp] = []
     for node in g.node:
-        if node.op_type not in INDEXING or node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in DEFINED:
+            depth = constants.get(node.input[1])
+            dims = (int(numpy_helper.to_array(depth).reshape(-1)[0]),) if depth is not None else ()
+            ops.append(IndexOp(node.name, node.op_type, node.input[DEFINED[node.op_type]], dims, "defined"))
+            continue
+        if node.op_type not in INDEXING:
             continue
         indices = node.input[INDEXING[node.op_type]]
         dims = _indexed_dims(node, shapes)

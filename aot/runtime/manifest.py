@@ -350,7 +350,9 @@ class IndexOp:
     ``status``: "proved" (interval analysis bounds the indices inside the axis), "checked" (they
     are model input ``input``, checked by the runtime before it runs anything) or "guarded"
     (computed in the graph: clamped before the op, and ``flag`` counts the ones out of range; the
-    runtime raises instead of returning the clamped result). ``dims``: the sizes of the indexed
+    runtime raises instead of returning the clamped result), "defined" (the op's spec gives
+    out-of-range indices a meaning without reading there, as OneHot's all-off row) or "unguarded"
+    (``--no-index-guards``). ``dims``: the sizes of the indexed
     axes; an index ``i`` into a dim ``d`` is valid in [-d, d-1]. GatherND/ScatterND index several
     axes with the last axis of their indices: one dim per position along it."""
 

@@ -80,3 +80,23 @@ def test_aot_run_on_a_bad_id_exits_with_an_error_not_a_signal(bundle, tmp_path):
                            *(f"--input={n}=@{tmp_path / n}.npy" for n in VALID)], capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     assert "ERROR: input 'ids': value 1000000000 at position [4]" in proc.stderr
+
+
+def test_one_hot_keeps_its_spec_for_out_of_range_indices(tmp_path):
+    """OneHot defines out-of-range indices (an all-off row); IREE's lowering compares instead of
+    reading, so the bundle answers exactly as onnxruntime and records the op as defined."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import onnx_model
+
+    model = onnx_model([helper.make_node("OneHot", ["idx", "depth", "vals"], ["y"], name="hot", axis=-1)],
+                       [helper.make_tensor_value_info("idx", TensorProto.INT64, [6])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 5])],
+                       [numpy_helper.from_array(np.array(5, np.int64), "depth"),
+                        numpy_helper.from_array(np.array([0, 1], np.float32), "vals")])
+    onnx.save(model, tmp_path / "onehot.onnx")
+    built = api.build(tmp_path / "onehot.onnx", tmp_path / "out", BuildOptions(accel=None)).bundle
+    assert [(op.node, op.status, op.dims) for op in built.manifest.index_ops] == [("hot", "defined", (5,))]
+    x = {"idx": np.array([0, 4, -1, -5, 5, 10**9], np.int64)}
+    with runtime.load(built.path) as session:
+        np.testing.assert_array_equal(session.run(x)[0], reference.session(tmp_path / "onehot.onnx").run(None, x)[0])
