@@ -8,6 +8,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from aot.errors import AotError
+
 
 @dataclass(frozen=True, slots=True)
 class Workspace:
@@ -49,8 +51,12 @@ class Workspace:
             shutil.rmtree(path, ignore_errors=True)
 
     def prepare(self) -> None:
-        for p in (self.build, self.cache):
-            p.mkdir(parents=True, exist_ok=True)
+        try:
+            for p in (self.build, self.cache):
+                p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:   # a file where a folder should be, no permission, a full disk
+            raise AotError(f"cannot create the build folder {str(self.build)!r}: {e.strerror}",
+                           hint="give -o a directory you can write (not an existing file)") from e
 
 
 def write_json(path: Path, data: object) -> None:

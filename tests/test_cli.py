@@ -38,3 +38,12 @@ def test_two_archs_for_one_device_are_refused():
 def test_host_cpu_and_partition_settings_reach_the_options():
     o = options("--host-cpu", "x86-64-v3", "--policy", "depth", "--select", "cost", "--min-compute", "5", "--no-gate")
     assert (o.host, o.policy, o.select, o.min_compute, o.gate) == (Target.host("x86-64-v3"), "depth", "cost", 5, False)
+
+
+def test_an_output_folder_under_a_file_is_an_error_not_a_traceback(example_model, tmp_path):
+    from conftest import run_aot
+
+    (tmp_path / "file").write_text("not a folder")
+    proc = run_aot("build", str(example_model), "-o", str(tmp_path / "file" / "out"), "--accel", "none", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "ERROR: cannot create the build folder" in proc.stderr and "Not a directory" in proc.stderr

@@ -147,6 +147,9 @@ def _try_fold(node: onnx.NodeProto, consts: dict[str, np.ndarray], shapes: dict[
     inputs = [i for i in node.input if i]
     if not all(i in consts for i in inputs):
         return None
+    # Too large by its inferred shape: never evaluated (a ConstantOfShape can ask for terabytes).
+    if any(int(np.prod(shapes[o], dtype=object)) > max_elements for o in node.output if o in shapes):
+        return None
     try:
         results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {i: consts[i] for i in inputs})
     except Exception:  # an op the reference evaluator lacks stays in the graph: folding is optional

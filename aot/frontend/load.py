@@ -26,6 +26,10 @@ from aot.runtime.manifest import IndexOp
 TARGET_OPSET = 17  # the importer's ONNX->torch lowering is most complete from opset 17 on
 SUPPORTED_DOMAINS = ("", "ai.onnx")
 MAX_MODEL_BYTES = 2 << 30
+# Preflight budget: resource bombs are refused before the checker, shape inference, folding or
+# the importer allocate anything in proportion to them.
+MAX_NODES = 200_000                  # the corpus' largest model has 1,130; IREE's import of 10^5 takes minutes
+MAX_TENSOR_ELEMENTS = 1 << 32        # one tensor of 2^32 float32 elements is 16 GiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     path = Path(path)
     raw = _read(path)
     model = _parse(raw, path)
+    _preflight(model, path)
     _load_external_data(model, path)
     _check_domains(model, path)
     baked = _bake_constants(model, dict(constants or {}), path)
@@ -270,7 +275,34 @@ def _check_and_infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{str(path)!r} fails the ONNX checker: {first}",
                          hint="fix or re-export the model; onnx.checker.check_model shows the full report") from e
+    # Pinned inputs and inferred intermediates, e.g. an Expand to 2^40 elements.
+    _check_tensor_sizes((*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output), path)
     return inferred
+
+
+def _preflight(model: onnx.ModelProto, path: Path) -> None:
+    nodes = _count_nodes(model.graph)
+    if nodes > MAX_NODES:
+        raise ModelError(f"{str(path)!r} has {nodes:,} nodes, more than aot's budget of {MAX_NODES:,}",
+                         hint="split the model, or raise aot.frontend.load.MAX_NODES if it is real")
+    _check_tensor_sizes((*model.graph.input, *model.graph.output, *model.graph.value_info), path)
+
+
+def _count_nodes(graph: onnx.GraphProto) -> int:
+    return len(graph.node) + sum(_count_nodes(a.g) for n in graph.node for a in n.attribute
+                                 if a.type == onnx.AttributeProto.GRAPH)
+
+
+def _check_tensor_sizes(values, path: Path) -> None:
+    for v in values:
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim if d.HasField("dim_value")]
+        elements = int(np.prod(dims, dtype=object)) if dims else 0
+        if elements > MAX_TENSOR_ELEMENTS:
+            shown = "x".join(map(str, dims))
+            raise ModelError(f"{str(path)!r} declares tensor {v.name!r} of shape [{shown}]: {elements:,} elements, "
+                             f"more than aot's budget of {MAX_TENSOR_ELEMENTS:,}",
+                             hint="check the model's declared shapes (or --input-shape); a tensor this size "
+                                  "cannot be compiled or run")
 
 
 def _require_static_outputs(model: onnx.ModelProto) -> None:

@@ -298,8 +298,13 @@ def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dic
         name = spec.name
         if name not in inputs:
             raise RuntimeInputError(f"missing input {name!r}", hint=f"the model's inputs are {expected}")
-        arr = np.asarray(inputs[name])
+        try:
+            arr = np.asarray(inputs[name])
+        except Exception as e:  # ragged lists, objects numpy cannot turn into one array
+            raise RuntimeInputError(f"input {name!r} is not an array: {e}") from None
         want_dtype, want_shape = np.dtype(spec.dtype), spec.shape
+        if arr.dtype != want_dtype and arr.dtype.newbyteorder("=") == want_dtype:
+            arr = arr.astype(want_dtype)    # the right type in the other byte order: swap (a copy)
         if arr.dtype != want_dtype:
             raise RuntimeInputError(f"input {name!r}: expected dtype {want_dtype.name}, got {arr.dtype.name}",
                                     hint=f"convert with .astype(np.{want_dtype.name})")
@@ -329,8 +334,9 @@ def check_index_inputs(ops: tuple[mf.IndexOp, ...], inputs: Mapping[str, np.ndar
 
 
 def _contiguous(arr: np.ndarray) -> np.ndarray:
-    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,), which IREE rejects.
-    return np.require(arr, requirements="C")
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,), which IREE rejects. Aligned:
+    # a view at an odd byte offset (np.frombuffer(buf, offset=1)) is copied, not handed to IREE.
+    return np.require(arr, requirements=["C", "A"])
 
 
 @atexit.register

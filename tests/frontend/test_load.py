@@ -109,3 +109,40 @@ def test_cli_failed_build_keeps_the_previous_bundle(tmp_path, example_model, pay
     assert proc.stdout == ""
     assert (out / "bundle" / "manifest.json").read_bytes() == manifest_before
     assert sorted(p.name for p in out.iterdir()) == ["build", "bundle"]  # no staging left behind
+
+
+def _model_bytes(nodes, inputs, outputs, inits=()) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_million_node_graph_is_refused_before_it_is_checked(tmp_path):
+    one = _model_bytes([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    # Protobuf appends repeated fields when messages are concatenated: each chunk adds one node.
+    extra = onnx.ModelProto(graph=onnx.GraphProto(node=[helper.make_node("Relu", ["x"], ["y"])])).SerializeToString()
+    path = tmp_path / "million.onnx"
+    path.write_bytes(one + extra * 999_999)
+    with pytest.raises(ModelError, match=r"has 1,000,000 nodes, more than aot's budget of 200,000"):
+        load.load(path)
+
+
+@pytest.mark.parametrize("declared", [[1 << 40], [1 << 20, 1 << 20]])
+def test_a_declared_2_40_element_tensor_is_refused(tmp_path, declared):
+    path = tmp_path / "bomb.onnx"
+    path.write_bytes(_model_bytes([helper.make_node("Relu", ["x"], ["y"])],
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, declared)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)]))
+    with pytest.raises(ModelError, match="1,099,511,627,776 elements, more than aot's budget"):
+        load.load(path)
+
+
+def test_an_inferred_2_40_element_intermediate_is_refused_without_allocating_it(tmp_path):
+    """ConstantOfShape asks for 2^40 floats: shape inference knows the size, folding must not try."""
+    path = tmp_path / "bomb.onnx"
+    path.write_bytes(_model_bytes(
+        [helper.make_node("ConstantOfShape", ["s"], ["big"]), helper.make_node("ReduceMax", ["big"], ["y"], keepdims=0)],
+        [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "s")]))
+    with pytest.raises(ModelError, match=r"tensor 'big' of shape \[1048576x1048576\]"):
+        load.load(path)

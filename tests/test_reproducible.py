@@ -1,0 +1,57 @@
+"""Reproducible builds: one model built with the same options in two output folders, from two
+copies of the model file, gives byte-identical modules, weights, plan and stubs, and manifests
+that differ only in the fields docs/reproducible.md calls volatile."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from aot import api
+from aot.options import BuildOptions
+from aot.target import Target
+
+pytestmark = pytest.mark.device  # compiles with IREE (and --measure runs on the device)
+
+# Volatile: where the model was read from, and what was timed on the build machine.
+VOLATILE_ALWAYS = (("model", "source"),)
+VOLATILE_MEASURED = (("partition", "gate"), ("regions", "*", "measured_us"))
+
+
+def _files(bundle):
+    return {p.relative_to(bundle).as_posix(): p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()}
+
+
+def _drop(d, path):
+    head, *rest = path
+    if head == "*":
+        for item in d:
+            _drop(item, rest)
+    elif not rest:
+        d.pop(head, None)
+    else:
+        _drop(d[head], rest)
+
+
+@pytest.mark.parametrize("accel, measure", [("vulkan", False), ("none", True)])
+def test_two_folders_give_the_same_bundle(example_model, tmp_path, accel, measure):
+    options = BuildOptions(accel=Target.accelerator(accel), measure=measure)
+    built = []
+    for name in ("a", "b"):
+        model = tmp_path / f"model-{name}" / "tiny_cnn.onnx"
+        model.parent.mkdir()
+        shutil.copy(example_model, model)
+        built.append(api.build(model, tmp_path / f"out-{name}" / "deep" if name == "b" else tmp_path / "out-a",
+                               options).bundle.path)
+    a, b = map(_files, built)
+    assert sorted(a) == sorted(b)
+    differing = [name for name in a if a[name] != b[name]]
+    assert differing == ["manifest.json"]       # the source path at least differs
+    manifests = [json.loads(x["manifest.json"]) for x in (a, b)]
+    assert manifests[0]["model"]["source"] != manifests[1]["model"]["source"]
+    for m in manifests:
+        for path in VOLATILE_ALWAYS + (VOLATILE_MEASURED if measure else ()):
+            _drop(m, path)
+    assert manifests[0] == manifests[1]
