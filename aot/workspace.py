@@ -46,9 +46,12 @@ class Workspace:
         return path
 
     def discard_staging(self) -> None:
-        """Remove this process's staging folders (candidates not published, or a failed build)."""
-        for path in self.root.glob(f".bundle.staging-{os.getpid()}-*"):
-            shutil.rmtree(path, ignore_errors=True)
+        """Remove this process's staging folders (candidates not published, or a failed build),
+        and those of builds that were killed (their process is gone)."""
+        for path in self.root.glob(".bundle.staging-*"):
+            pid = path.name.split("-")[1]
+            if pid == str(os.getpid()) or (pid.isdigit() and not _alive(int(pid))):
+                shutil.rmtree(path, ignore_errors=True)
 
     def prepare(self) -> None:
         try:
@@ -57,6 +60,16 @@ class Workspace:
         except OSError as e:   # a file where a folder should be, no permission, a full disk
             raise AotError(f"cannot create the build folder {str(self.build)!r}: {e.strerror}",
                            hint="give -o a directory you can write (not an existing file)") from e
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    return True
 
 
 def write_json(path: Path, data: object) -> None:
@@ -68,7 +81,13 @@ def write_json(path: Path, data: object) -> None:
 
 def publish(staging: Path, target: Path) -> None:
     """Replace ``target`` with ``staging`` so that a reader sees the old or the new bundle, never
-    a mix: the old one is renamed aside first and removed only after the new one is in place."""
+    a mix and never none, even if the process is killed halfway: on Linux the two folders are
+    swapped in one atomic rename (renameat2 RENAME_EXCHANGE) and the old one, now at ``staging``,
+    is removed after. Elsewhere the old one is renamed aside first, which leaves a moment without
+    a bundle (a SIGKILL there leaves it at ``target.old-PID``)."""
+    if target.exists() and _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)
+        return
     old = target.with_name(target.name + f".old-{os.getpid()}")
     if target.exists():
         os.replace(target, old)
@@ -79,3 +98,26 @@ def publish(staging: Path, target: Path) -> None:
             os.replace(old, target)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux 3.15+, glibc 2.28+); False where that is not available."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):   # EINVAL / ENOSYS / EOPNOTSUPP: a filesystem or kernel without it
+        return False
+    raise OSError(err, os.strerror(err), str(b))
