@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast bench conformance clean
+.PHONY: setup model test test-fast bench conformance fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -43,6 +43,11 @@ endif
 conformance: setup
 	$(AOT) conformance --target llvm-cpu
 	$(AOT) conformance --target vulkan-spirv
+
+# 1,000 mutated models through plan and build, each in a child process (make test runs 100).
+FUZZ_COUNT ?= 1000
+fuzz: setup
+	$(AOT) fuzz --count $(FUZZ_COUNT) -o artifacts/fuzz
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache

@@ -85,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--json", help="also write the profile as JSON to this file")
     pf.set_defaults(func=_cmd_profile)
 
+    fz = sub.add_parser("fuzz", help="build mutated models in child processes: every outcome must be a "
+                                     "bundle matching onnxruntime or a typed error")
+    fz.add_argument("--count", type=int, default=1000)
+    fz.add_argument("--seed", type=int, default=0)
+    fz.add_argument("--workers", type=int, default=2)
+    fz.add_argument("-o", "--output", default="artifacts/fuzz", help="summary.json and the failing mutants")
+    fz.set_defaults(func=_cmd_fuzz)
+
     cf = sub.add_parser("conformance", help="run ONNX node test cases through the whole pipeline")
     cf.add_argument("--target", choices=Target.backends(), default="llvm-cpu")
     cf.add_argument("--filter", help="regular expression on test case names")
@@ -312,6 +320,19 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + "\n")
         print(args.json)
     return 0
+
+
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from aot.tools import fuzz
+    from aot.tools.progress import Progress
+
+    with Progress("fuzz", args.count) as bar:
+        summary = fuzz.run(args.count, args.seed, Path(args.output), args.workers, lambda done, total, r: bar.advance(
+            f"m{r.index:05d} {r.outcome}" + (f": {r.detail[:120]}" if r.outcome in fuzz.FAILURES else ""),
+            important=r.outcome in fuzz.FAILURES))
+    print(fuzz.text(summary))
+    print(Path(args.output) / "summary.json")
+    return 1 if summary["failures"] else 0
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:

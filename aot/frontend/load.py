@@ -68,6 +68,10 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     raw = _read(path)
     model = _parse(raw, path)
     _preflight(model, path)
+    bad = _non_utf8_string(model)
+    if bad:
+        raise ModelError(f"{str(path)!r} holds a {bad} that is not valid UTF-8 text (a damaged file?)",
+                         hint="re-export or re-download the model")
     _load_external_data(model, path)
     _check_domains(model, path)
     baked = _bake_constants(model, dict(constants or {}), path)
@@ -160,7 +164,29 @@ def _parse(raw: bytes, path: Path) -> onnx.ModelProto:
     if not model.graph.node:
         raise ModelError(f"{str(path)!r} has no graph nodes (truncated or not an ONNX model)",
                          hint="re-export or re-download the model")
+    if not model.graph.output:
+        raise ModelError(f"{str(path)!r} declares no graph outputs: a bundle of it would compute nothing",
+                         hint="re-export the model with its outputs")
     return model
+
+
+def _non_utf8_string(message) -> str | None:
+    """The first string field protobuf could not decode (it hands those back as bytes): names,
+    op types, domains and docs are text in ONNX, and every later stage treats them as such."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            values = value if field.is_repeated else [value]
+            if any(isinstance(v, bytes) for v in values):
+                return f"{field.containing_type.name}.{field.name}"
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            items = value if field.is_repeated else [value]
+            for item in items:
+                found = _non_utf8_string(item)
+                if found:
+                    return found
+    return None
 
 
 def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
@@ -208,6 +234,14 @@ def _upgrade_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
                          hint="re-export with a lower opset or upgrade onnx")
     if opset >= TARGET_OPSET:
         return model
+    # Valid at its own opset first: the converter can turn a model that breaks its opset's type
+    # rules (an int64 Add at opset 1) into a valid opset-17 one that computes something else.
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, shape_inference.InferenceError, ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{str(path)!r} is not valid at its own opset {opset}: {first}",
+                         hint="fix or re-export the model") from e
     try:
         return version_converter.convert_version(model, TARGET_OPSET)
     except Exception as e:
@@ -271,7 +305,8 @@ def _check_and_infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model, full_check=True)
         inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except (onnx.checker.ValidationError, shape_inference.InferenceError) as e:
+    # The checker also raises ValueError (an unknown tensor data type) and more on damaged models.
+    except (onnx.checker.ValidationError, shape_inference.InferenceError, ValueError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{str(path)!r} fails the ONNX checker: {first}",
                          hint="fix or re-export the model; onnx.checker.check_model shows the full report") from e

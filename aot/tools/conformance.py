@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from aot.target import Target
+from aot.tools.isolate import in_child
 
 CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
 
@@ -171,48 +172,19 @@ CASE_TIMEOUT_S = 600
 def _run_named(args: tuple[str, str]) -> CaseResult:
     """Run one case in a forked child, so that a crash in the compiler bindings or a device
     driver (it happens on lavapipe) costs one case, not the whole run."""
-    import os
-    import select
-    import signal
-
     name, accel = args
     case = _cases_by_name()[name]   # collected before the fork: the child inherits it
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(read_end)
-        os.setsid()  # its own process group, so a timeout kills the iree-compile it started too
-        try:
-            result = run_case(case, accel)
-            payload = json.dumps([result.name, result.status, result.detail, result.seconds])
-        except BaseException as e:  # noqa: BLE001
-            payload = json.dumps([name, "import error", f"{type(e).__name__}: {e}"[:200], 0.0])
-        os.write(write_end, payload.encode())
-        os._exit(0)
-    os.close(write_end)
-    data, deadline = b"", time.monotonic() + CASE_TIMEOUT_S
-    while True:
-        ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:  # the child has not made its group yet
-                os.kill(pid, signal.SIGKILL)
-            break
-        chunk = os.read(read_end, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    if data:
-        n, st, detail, secs = json.loads(data)
-        return CaseResult(n, st, detail, secs)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        why = "timed out" if sig == signal.SIGKILL else f"crashed ({signal.Signals(sig).name})"
-        return CaseResult(name, "runtime error", why)
-    return CaseResult(name, "runtime error", f"exited with status {os.WEXITSTATUS(status)} and no result")
+
+    def work() -> list:
+        result = run_case(case, accel)
+        return [result.name, result.status, result.detail, result.seconds]
+
+    result, how = in_child(work, CASE_TIMEOUT_S)
+    if result is not None:
+        return CaseResult(*result)
+    if how.startswith("raised"):
+        return CaseResult(name, "import error", how.removeprefix("raised ")[:200])
+    return CaseResult(name, "runtime error", how)
 
 
 def run(target: str, pattern: str | None = None, limit: int | None = None, workers: int = 2) -> dict:

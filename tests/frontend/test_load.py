@@ -146,3 +146,32 @@ def test_an_inferred_2_40_element_intermediate_is_refused_without_allocating_it(
         [numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "s")]))
     with pytest.raises(ModelError, match=r"tensor 'big' of shape \[1048576x1048576\]"):
         load.load(path)
+
+
+def _relu_model(**graph_kw) -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_fuzzer_findings_are_model_errors(tmp_path):
+    """Three models `aot fuzz` found: each is a ModelError now, not a traceback or an empty bundle."""
+    no_outputs = _relu_model()
+    del no_outputs.graph.output[:]
+    (tmp_path / "no_outputs.onnx").write_bytes(no_outputs.SerializeToString())
+    with pytest.raises(ModelError, match="declares no graph outputs"):
+        load.load(tmp_path / "no_outputs.onnx")
+
+    raw = _relu_model().SerializeToString().replace(b"relu", b"r\xb1lu")   # the node name, damaged
+    (tmp_path / "utf8.onnx").write_bytes(raw)
+    with pytest.raises(ModelError, match="NodeProto.name that is not valid UTF-8"):
+        load.load(tmp_path / "utf8.onnx")
+
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    old = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [1])], [one]), opset_imports=[helper.make_opsetid("", 1)])
+    (tmp_path / "opset1.onnx").write_bytes(old.SerializeToString())   # Add-1 takes floats only
+    with pytest.raises(ModelError, match="not valid at its own opset 1"):
+        load.load(tmp_path / "opset1.onnx")
