@@ -216,3 +216,62 @@ def test_minilm_refuses_an_out_of_range_token_id_instead_of_crashing(corpus_bund
         stub.close()
     with pytest.raises(Exception, match="out of data bounds"):   # what onnxruntime says
         reference.session(path).run(None, inputs)
+
+
+_KINDS = ("normal", "extremes", "nan-inf", "wrong dtype", "wrong shape", "big-endian", "strided")
+
+
+def _thrown(spec, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """One input array of the given kind for ``spec`` (name, dtype, shape)."""
+    dtype, shape = np.dtype(spec.dtype), spec.shape
+    if kind == "wrong dtype":
+        dtype = rng.choice([d for d in ("float16", "float64", "int32", "int64", "bool", "uint8") if d != spec.dtype])
+    if kind == "wrong shape":
+        shape = tuple(int(d) for d in rng.integers(0, 4, size=rng.integers(0, 5)))
+    if np.dtype(dtype).kind == "f":
+        a = rng.standard_normal(shape) * (1e30 if kind == "extremes" else 1.0)
+        if kind == "nan-inf" and a.size:
+            a.flat[rng.integers(0, a.size, size=max(1, a.size // 10))] = rng.choice([np.nan, np.inf, -np.inf])
+    elif np.dtype(dtype).kind == "b":
+        a = rng.integers(0, 2, shape)
+    else:
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True) if kind == "extremes" \
+            else rng.integers(0, 2, shape)
+    a = np.asarray(a).astype(dtype)
+    if kind == "big-endian":
+        a = a.astype(a.dtype.newbyteorder(">"))
+    if kind == "strided" and a.ndim:
+        a = np.repeat(a, 2, axis=-1)[..., ::2]
+    return a
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_the_stub_survives_whatever_it_is_handed(name, corpus_bundle):
+    """Random dtypes, shapes and values at every corpus model's generated stub: each call returns
+    outputs of the promised shapes or raises RuntimeInputError; nothing else, and no crash."""
+    from hypothesis import given, settings, strategies as st
+
+    from aot.errors import RuntimeInputError
+
+    result = corpus_bundle(name, "none")
+    manifest = result.bundle.manifest
+    stub = check.load_stub_class(result.bundle.path)()
+
+    @settings(max_examples=12, deadline=None, derandomize=True)
+    @given(kinds=st.lists(st.sampled_from(_KINDS), min_size=len(manifest.inputs), max_size=len(manifest.inputs)),
+           seed=st.integers(0, 2**32 - 1))
+    def call(kinds, seed):
+        rng = np.random.default_rng(seed)
+        args = [_thrown(spec, kind, rng) for spec, kind in zip(manifest.inputs, kinds)]
+        try:
+            outputs = stub(*args)
+        except RuntimeInputError:
+            assert {"wrong dtype", "wrong shape", "extremes"} & set(kinds), kinds   # only bad input is refused
+            return
+        assert [o.shape for o in outputs] == [tuple(o.shape) for o in manifest.outputs]
+
+    try:
+        call()
+    finally:
+        stub.close()
