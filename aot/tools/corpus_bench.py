@@ -12,6 +12,7 @@ import os
 import platform
 import statistics
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -39,7 +40,7 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
             default = api.build(f"zoo:{name}", out / name / "default", options, progress)
             tuned = api.build(f"zoo:{name}", out / name / "tuned", replace(options, tune=True), progress)
             built_s = time.perf_counter() - start
-            medians = _time_model(name, default.bundle.path, tuned.bundle.path, iterations, warmup)
+            medians, checks_us = _time_model(name, default.bundle.path, tuned.bundle.path, iterations, warmup)
         except (AotError, AssertionError) as e:  # one model's failure is a row, not the end of the run
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
             progress(f"bench    {name}: FAILED: {e}")
@@ -52,6 +53,11 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
                          f"{TUNED} / {DEFAULT}": medians[TUNED] / medians[DEFAULT]},
             "tuned_flags": {r.name: r.tuning.winner for r in manifest.regions if r.tuning},
             "host_runtime": manifest.host_runtime.label if manifest.host_runtime else None,
+            # Index safety's price per call: the boundary checks (guards would run inside the
+            # modules, and are timed with them; the corpus has none, see docs/safety.md).
+            "index_ops": dict(Counter(op.status for op in manifest.index_ops)),
+            "index_checks_us": round(checks_us, 2),
+            "index_checks_pct": round(100 * checks_us / (medians[TUNED] * 1e3), 4),
         })
         progress(f"bench    {name}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()))
     good = [r for r in rows if "error" not in r]
@@ -62,7 +68,8 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
     }
 
 
-def _time_model(name: str, default: Path, tuned: Path, iterations: int, warmup: int) -> dict[str, float]:
+def _time_model(name: str, default: Path, tuned: Path, iterations: int,
+                warmup: int) -> tuple[dict[str, float], float]:
     entry = zoo.by_name(name)
     with runtime.load(default) as a, runtime.load(tuned) as b:
         manifest = a.manifest
@@ -77,7 +84,21 @@ def _time_model(name: str, default: Path, tuned: Path, iterations: int, warmup: 
         _same_answers([f() for _, f in reversed(contenders)])  # a fast wrong answer is not a result
         # 24 orders of 4 contenders: each turn takes the next order (see bench.interleaved).
         times = interleaved(contenders, warmup, iterations)
-    return {k: round(statistics.median(v), 4) for k, v in times.items()}
+        checks_us = _index_checks_us(b.manifest, inputs)
+    return {k: round(statistics.median(v), 4) for k, v in times.items()}, checks_us
+
+
+def _index_checks_us(manifest, inputs: dict, repeats: int = 500) -> float:
+    """Median microseconds of the runtime's index-range checks of one call's inputs."""
+    from aot.runtime.session import check_index_inputs
+
+    checked = tuple(op for op in manifest.index_ops if op.status == "checked")
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        check_index_inputs(checked, inputs)
+        samples.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(samples)
 
 
 def _geomean(values: list[float]) -> float:
@@ -96,6 +117,9 @@ def text(result: dict) -> str:
         lines.append(f"{r['model']:12s} " + " ".join(f"{m[c]:21.3f}" for c in CONTENDERS)
                      + f" {r['ratios'][f'{DEFAULT} / {ORT}']:12.2f} {r['ratios'][f'{TUNED} / {ORT}']:10.2f}")
     lines.append("geometric mean of ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["geomean"].items()))
+    costs = [f"{r['model']} {r['index_checks_us']:.1f} us ({r['index_checks_pct']:.3f}%)"
+             for r in result["models"] if r.get("index_ops")]
+    lines.append("index-range checks per call: " + (", ".join(costs) or "no model indexes with a tensor"))
     return "\n".join(lines)
 
 
