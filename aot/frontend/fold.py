@@ -18,9 +18,13 @@ from aot.frontend.passes import PassResult
 # Never fold: nondeterministic ops, and ops with subgraphs (their captures are not plain inputs).
 _NEVER = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                     "Bernoulli", "If", "Loop", "Scan", "SequenceMap"})
-# Larger results stay computed at run time: folding, say, a dequantized weight would store it
-# uncompressed in the weights archive.
+# Larger results are folded only when folding stores no decompressed data: of an element type no
+# wider than their inputs' (a dequantized int8 weight stays computed at run time, not stored 4x in
+# the weights archive) and at most GROWTH times their inputs' bytes. That folds a re-parameterised
+# block's weights (PP-OCRv4 pads its 3x3 and 1x1 branches to 5x5 and sums them), which later
+# passes need as constants (frontend/depthwise.py).
 MAX_FOLD_ELEMENTS = 4096
+GROWTH = 4
 
 
 def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS) -> PassResult:
@@ -147,14 +151,20 @@ def _try_fold(node: onnx.NodeProto, consts: dict[str, np.ndarray], shapes: dict[
     inputs = [i for i in node.input if i]
     if not all(i in consts for i in inputs):
         return None
+    in_bytes = sum(consts[i].nbytes for i in inputs)
+    widest = max((consts[i].dtype.itemsize for i in inputs), default=0)
     # Too large by its inferred shape: never evaluated (a ConstantOfShape can ask for terabytes).
-    if any(int(np.prod(shapes[o], dtype=object)) > max_elements for o in node.output if o in shapes):
+    if node.op_type != "Constant" and any(int(np.prod(shapes[o], dtype=object)) > max(max_elements, GROWTH * in_bytes)
+                                          for o in node.output if o in shapes):
         return None
     try:
         results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {i: consts[i] for i in inputs})
     except Exception:  # an op the reference evaluator lacks stays in the graph: folding is optional
         return None
     results = [np.asarray(r) for r in results]
-    if any(r.size > max_elements or r.dtype == object for r in results):
+    if node.op_type == "Constant":   # its value is stored in the model already: any size
+        return results if all(r.dtype != object for r in results) else None
+    if any(r.dtype == object or (r.size > max_elements and (r.dtype.itemsize > widest or r.nbytes > GROWTH * in_bytes))
+           for r in results):
         return None
     return results

@@ -17,6 +17,7 @@ from onnx import numpy_helper, shape_inference, version_converter
 
 from aot.errors import ModelError
 from aot.frontend.branches import inline_constant_ifs
+from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.passes import run_sequence, run_to_fixpoint
@@ -56,13 +57,15 @@ class ModelSource:
 
 
 def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
-         constants: dict[str, np.ndarray] | None = None, index_guards: bool = True) -> ModelSource:
+         constants: dict[str, np.ndarray] | None = None, index_guards: bool = True,
+         decompose_depthwise: bool = False) -> ModelSource:
     """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong.
 
     ``constants`` bakes inputs in (a sample rate, reduction axes): they stop being inputs, and
     folding plus ``If`` inlining then removes whatever only they decided. ``index_guards``: guard
     the indexing ops whose indices are computed in the graph (``frontend/indices.py``); their
     flags become extra graph outputs that ``ModelSource.outputs`` does not list.
+    ``decompose_depthwise``: rewrite depthwise convolutions for the CPU (``frontend/depthwise.py``).
     """
     path = Path(path)
     raw = _read(path)
@@ -84,7 +87,9 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model = _check_and_infer(model, path)
     model, folded = _simplify(model, path)
     _require_static_outputs(model)
-    workarounds = run_sequence(model, (trim_conv_end_padding, expand_reflect_pad))  # both for IREE 3.13 bugs
+    # Two IREE 3.13 bugs avoided; for the CPU, depthwise convolutions made elementwise.
+    passes = (trim_conv_end_padding, expand_reflect_pad, *((decompose_depthwise_convs,) if decompose_depthwise else ()))
+    workarounds = run_sequence(model, passes)
     if workarounds.modified:
         model = _check_and_infer(workarounds.model, path)
     guarded, index_ops = index_safety(model, guard=index_guards)

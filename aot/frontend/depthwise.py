@@ -1,0 +1,99 @@
+"""Depthwise convolutions as sums of shifted, scaled slices.
+
+A depthwise Conv (``group`` = channels, one filter per channel) does kh*kw multiply-adds per
+output: too few for IREE 3.13's convolution code on the CPU, which ran PP-OCRv4's 5x5 depthwise
+convolutions at 8.5 GFLOP/s against 126 for a matmul of the same module, half the recognizer's
+time (`aot profile`, docs/performance.md). Written as ``sum_ij Slice(x, i, j, strides) * w[:, i, j]``
+the same arithmetic is one elementwise dispatch that IREE fuses and vectorises along the width:
+PP-OCR-rec's whole model went from 34 to 15.5 ms. Each output is the float32 sum of the same
+kh*kw products a direct convolution adds (in row-major tap order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from aot.frontend.fold import static_shapes, with_nodes
+from aot.frontend.passes import PassResult
+
+MIN_TAPS = 9    # 3x3 and up; smaller kernels are cheap either way
+
+
+def decompose_depthwise_convs(model: onnx.ModelProto) -> PassResult:
+    """Pass: rewrite each 2-D depthwise Conv with constant weights; count the Convs rewritten."""
+    g = model.graph
+    shapes = static_shapes(g)
+    consts = {t.name: t for t in g.initializer}
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    changed = 0
+    for node in g.node:
+        plan = _depthwise(node, shapes, consts)
+        if plan is None:
+            nodes.append(node)
+            continue
+        new_nodes, new_inits = _decompose(node, *plan)
+        nodes += new_nodes
+        inits += new_inits
+        changed += 1
+    if not changed:
+        return PassResult(model, 0)
+    out = with_nodes(model, nodes)
+    out.graph.initializer.extend(inits)
+    return PassResult(out, changed)
+
+
+def _depthwise(node: onnx.NodeProto, shapes, consts):
+    """(weights, bias, strides, pads, input shape) when ``node`` is a Conv this pass handles."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x = shapes.get(node.input[0])
+    weight = consts.get(node.input[1])
+    bias = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if x is None or len(x) != 4 or weight is None or (len(node.input) > 2 and node.input[2] and bias is None):
+        return None
+    w = numpy_helper.to_array(weight)
+    channels = x[1]
+    if (w.dtype != np.float32 or attrs.get("group", 1) != channels or w.shape[:2] != (channels, 1)
+            or w.shape[2] * w.shape[3] < MIN_TAPS or any(d != 1 for d in attrs.get("dilations", (1, 1)))
+            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"", "NOTSET")):
+        return None
+    b = numpy_helper.to_array(bias) if bias is not None else None
+    return w, b, tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))), x
+
+
+def _decompose(node, w, b, strides, pads, x):
+    p = f"{node.name}.dw"
+    channels, (kh, kw), (sh, sw) = x[1], w.shape[2:], strides
+    height, width = x[2] + pads[0] + pads[2], x[3] + pads[1] + pads[3]
+    oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
+    nodes, inits = [], [numpy_helper.from_array(np.array([2, 3], np.int64), f"{p}.axes"),
+                        numpy_helper.from_array(np.array([sh, sw], np.int64), f"{p}.steps")]
+    source = node.input[0]
+    if any(pads):
+        inits.append(numpy_helper.from_array(np.array([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]], np.int64),
+                                             f"{p}.pads"))
+        nodes.append(helper.make_node("Pad", [source, f"{p}.pads"], [f"{p}.padded"], name=f"{p}.pad"))
+        source = f"{p}.padded"
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            q = f"{p}.{i}.{j}"
+            inits += [numpy_helper.from_array(np.array([i, j], np.int64), f"{q}.start"),
+                      numpy_helper.from_array(np.array([i + sh * (oh - 1) + 1, j + sw * (ow - 1) + 1], np.int64), f"{q}.end"),
+                      numpy_helper.from_array(np.ascontiguousarray(w[:, 0, i, j]).reshape(1, channels, 1, 1), f"{q}.w")]
+            nodes += [helper.make_node("Slice", [source, f"{q}.start", f"{q}.end", f"{p}.axes", f"{p}.steps"],
+                                       [f"{q}.tap"], name=f"{q}.slice"),
+                      helper.make_node("Mul", [f"{q}.tap", f"{q}.w"], [f"{q}.prod"], name=f"{q}.mul")]
+            if total is not None:
+                nodes.append(helper.make_node("Add", [total, f"{q}.prod"], [f"{q}.sum"], name=f"{q}.add"))
+            total = f"{q}.sum" if total is not None else f"{q}.prod"
+    if b is not None:
+        inits.append(numpy_helper.from_array(b.astype(np.float32).reshape(1, channels, 1, 1), f"{p}.bias"))
+        nodes.append(helper.make_node("Add", [total, f"{p}.bias"], [node.output[0]], name=f"{p}.out"))
+    else:
+        nodes.append(helper.make_node("Identity", [total], [node.output[0]], name=f"{p}.out"))
+    return nodes, inits
