@@ -58,15 +58,52 @@ def corpus_bundle(tmp_path_factory):
     return get
 
 
-def golden_model(name: str, result):
-    """Golden-check a corpus bundle; print its row of the corpus table (`pytest -s` shows it)."""
+def golden_model(name: str, result, isolated: bool = False):
+    """Golden-check a corpus bundle; print its row of the corpus table (`pytest -s` shows it).
+    ``isolated``: in a child process (see _golden_in_child)."""
     entry = zoo.by_name(name)
     path = zoo.fetch(entry)
     rtol, atol = TOLERANCE.get(name, (RTOL, ATOL))
-    errors = golden(result.bundle.path, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol)
+    errors = (_golden_in_child(name, result.bundle.path, rtol, atol) if isolated else
+              golden(result.bundle.path, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol))
     per_device = {t: targets(result).count(t) for t in dict.fromkeys(targets(result))}
     print(f"\nCORPUS | {name} | {' + '.join(f'{n} {t}' for t, n in per_device.items())} | "
           + ", ".join(f"{k} {v:.2g}" for k, v in errors.items()) + " |")
+
+
+_CHILD = """
+import json, sys
+from pathlib import Path
+from conftest import golden
+from aot.tools import samples, zoo
+name, bundle, rtol, atol = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+entry = zoo.by_name(name); path = zoo.fetch(entry)
+print(json.dumps(golden(bundle, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol)))
+"""
+
+
+def _golden_in_child(name: str, bundle, rtol: float, atol: float) -> dict:
+    """Lavapipe under IREE 3.13 now and then fails a module initializer while a bundle loads:
+    mostly DATA_LOSS, which the runtime retries (Session._load_driver), and about once in a few
+    dozen loads a SIGSEGV inside the driver, which no process survives. The check runs in a child
+    so that such a crash is seen, named and retried (three tries), instead of ending the test run;
+    a wrong answer or an error fails at once."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    crashes = []
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", _CHILD, name, str(bundle), str(rtol), str(atol)],
+                              capture_output=True, text=True, cwd=Path(__file__).parents[1])
+        if proc.returncode >= 0:
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            if crashes:
+                print(f"\n{name}: lavapipe crashed {len(crashes)} time(s) while loading, then passed: {crashes}")
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        crashes.append(proc.returncode)
+    raise AssertionError(f"{name}: the lavapipe check crashed 3 times (signals {crashes})")
 
 
 def targets(result) -> list[str]:
@@ -85,7 +122,7 @@ def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle)
     result = corpus_bundle(name, "vulkan", **LAVAPIPE[name])
     assert "vulkan-spirv" in targets(result)
     assert all(r.fallback is None for r in result.bundle.manifest.regions)
-    golden_model(name, result)
+    golden_model(name, result, isolated=True)
 
 
 @pytest.mark.parametrize("name", CORPUS)
