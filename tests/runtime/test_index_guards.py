@@ -48,20 +48,32 @@ def test_valid_indices_give_onnxruntimes_answer_bit_for_bit_with_and_without_gua
         np.testing.assert_allclose(g, w, rtol=0, atol=0)
 
 
+@pytest.fixture(scope="module")
+def host_bundle_of_model(model_path, tmp_path_factory):
+    return api.build(model_path, tmp_path_factory.mktemp("host") / "b", BuildOptions(accel=None)).bundle
+
+
 @pytest.mark.parametrize("name, value, message", [
     ("ids", np.array([0, 1, 2, 3, 10**9, 6], np.int64),
      r"input 'ids': value 1000000000 at position \[4\] is outside \[-10, 9\], the range the Gather node 'g_direct'"),
     ("ids", np.array([0, -11, 2, 3, 4, 6], np.int64), r"value -11 at position \[1\]"),
     ("pairs", np.array([[0, 0], [2, 5], [0, 0], [0, 0]], np.int64),
      r"input 'pairs': value 5 at position \[1, 1\] is outside \[-3, 2\], \[-5, 4\], the range the GatherND"),
-    ("ids", np.array([0, 1, 2, 7, 8, 6], np.int64),   # 7+3, 8+3: computed in the graph, past row 9
-     r"Gather node 'g_computed': 2 index value\(s\) computed inside the model .* outside \[-10, 9\]"),
 ])
-def test_out_of_range_indices_are_refused_with_what_and_where(bundle, name, value, message):
-    with runtime.load(bundle.path) as session:
+def test_out_of_range_inputs_are_refused_before_anything_runs(host_bundle_of_model, name, value, message):
+    # The boundary check runs before any device does: one device shows it.
+    with runtime.load(host_bundle_of_model.path) as session:
         with pytest.raises(RuntimeInputError, match=message):
             session.run({**VALID, name: value})
         assert len(session.run(VALID)) == 5     # the session still serves good inputs afterwards
+
+
+def test_an_out_of_range_computed_index_is_refused_through_its_guard(bundle):
+    ids = np.array([0, 1, 2, 7, 8, 6], np.int64)   # 7+3, 8+3: computed in the graph, past row 9
+    with runtime.load(bundle.path) as session:
+        with pytest.raises(RuntimeInputError, match=r"Gather node 'g_computed': 2 index value\(s\) computed "
+                                                     r"inside the model .* outside \[-10, 9\]"):
+            session.run({**VALID, "ids": ids})
 
 
 def test_report_lists_every_indexing_op_with_its_status(bundle):
