@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.fold import static_shapes, with_nodes
-from aot.frontend.passes import PassResult
+from aot.frontend.fold import static_shapes
+from aot.frontend.passes import PassResult, rewrite_result
 
 MIN_TAPS = 9    # 3x3 and up; smaller kernels are cheap either way
 
@@ -38,11 +38,7 @@ def decompose_depthwise_convs(model: onnx.ModelProto) -> PassResult:
         nodes += new_nodes
         inits += new_inits
         changed += 1
-    if not changed:
-        return PassResult(model, 0)
-    out = with_nodes(model, nodes)
-    out.graph.initializer.extend(inits)
-    return PassResult(out, changed)
+    return rewrite_result(model, nodes, inits, changed)
 
 
 def _depthwise(node: onnx.NodeProto, shapes, consts):

@@ -34,6 +34,20 @@ class Pass(Protocol):
     def __call__(self, model: onnx.ModelProto, /) -> PassResult: ...
 
 
+def rewrite_result(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto],
+              initializers: Sequence[onnx.TensorProto], changed: int) -> PassResult:
+    """The usual end of a rewriting pass: ``model`` itself when nothing changed, else a copy with
+    ``nodes`` for its graph and ``initializers`` added."""
+    if not changed:
+        return PassResult(model, 0)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    out.graph.initializer.extend(initializers)
+    return PassResult(out, changed)
+
+
 def run_sequence(model: onnx.ModelProto, passes: Sequence[Pass]) -> PassResult:
     """Run `passes` once each, in order, each on the previous one's output; sum their counts."""
     total = 0

@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from aot.frontend.fold import static_shapes, with_nodes
-from aot.frontend.passes import PassResult
+from aot.frontend.fold import static_shapes
+from aot.frontend.passes import PassResult, rewrite_result
 
 
 def trim_conv_end_padding(model: onnx.ModelProto) -> PassResult:
@@ -62,11 +62,7 @@ def trim_conv_end_padding(model: onnx.ModelProto) -> PassResult:
             nodes.append(_slice_input(conv, ends, inits))
         nodes.append(conv)
         changed += trimmed
-    if not changed:
-        return PassResult(model, 0)
-    trimmed_model = with_nodes(model, nodes)
-    trimmed_model.graph.initializer.extend(inits)
-    return PassResult(trimmed_model, changed)
+    return rewrite_result(model, nodes, inits, changed)
 
 
 def _slice_input(conv: onnx.NodeProto, ends: list[int], inits: list[onnx.TensorProto]) -> onnx.NodeProto:
@@ -119,11 +115,7 @@ def expand_reflect_pad(model: onnx.ModelProto) -> PassResult:
             nodes.append(onnx.helper.make_node("Concat", parts, [out], name=f"{node.name}/ax{axis}", axis=axis))
             current = out
         rewritten += 1
-    if not rewritten:
-        return PassResult(model, 0)
-    expanded = with_nodes(model, nodes)
-    expanded.graph.initializer.extend(inits)
-    return PassResult(expanded, rewritten)
+    return rewrite_result(model, nodes, inits, rewritten)
 
 
 def _reversed_slice(inits: list[onnx.TensorProto], nodes: list[onnx.NodeProto], base: str, value: str, axis: int,
