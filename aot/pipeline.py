@@ -59,10 +59,10 @@ class BuildResult:
 
 def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Load and partition (``options.plan_file``: validate and use that plan instead)."""
-    # Depthwise convolutions are rewritten before partitioning, so only where every node runs on
+    # The CPU's convolution rewrites run before partitioning, so only where every node runs on
     # the CPU: an accelerator keeps its convolution kernels (and the partitioner its node counts).
     source = load(model, dict(options.input_shapes), dict(options.constant_inputs), options.index_guards,
-                  decompose_depthwise=options.accel is None)
+                  cpu_conv_rewrites=options.accel is None)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
     view = GraphView.from_onnx(source.model)

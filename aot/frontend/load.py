@@ -17,6 +17,7 @@ from onnx import numpy_helper, shape_inference, version_converter
 
 from aot.errors import ModelError
 from aot.frontend.branches import inline_constant_ifs
+from aot.frontend.conv_transpose import decompose_strided_conv_transposes
 from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
@@ -58,14 +59,16 @@ class ModelSource:
 
 def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
          constants: dict[str, np.ndarray] | None = None, index_guards: bool = True,
-         decompose_depthwise: bool = False) -> ModelSource:
+         cpu_conv_rewrites: bool = False) -> ModelSource:
     """Read, check and normalise the model at ``path``; raise ModelError naming what is wrong.
 
     ``constants`` bakes inputs in (a sample rate, reduction axes): they stop being inputs, and
     folding plus ``If`` inlining then removes whatever only they decided. ``index_guards``: guard
     the indexing ops whose indices are computed in the graph (``frontend/indices.py``); their
     flags become extra graph outputs that ``ModelSource.outputs`` does not list.
-    ``decompose_depthwise``: rewrite depthwise convolutions for the CPU (``frontend/depthwise.py``).
+    ``cpu_conv_rewrites``: rewrite the convolutions IREE's CPU code runs slowly into what it runs
+    well: depthwise ones as shifted slices (``frontend/depthwise.py``), non-overlapping transposed
+    ones as a matmul and a pixel shuffle (``frontend/conv_transpose.py``).
     """
     path = Path(path)
     raw = _read(path)
@@ -87,8 +90,9 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model = _check_and_infer(model, path)
     model, folded = _simplify(model, path)
     _require_static_outputs(model)
-    # Two IREE 3.13 bugs avoided; for the CPU, depthwise convolutions made elementwise.
-    passes = (trim_conv_end_padding, expand_reflect_pad, *((decompose_depthwise_convs,) if decompose_depthwise else ()))
+    # Two IREE 3.13 bugs avoided; for the CPU, two kinds of convolution rewritten.
+    cpu_passes = (decompose_depthwise_convs, decompose_strided_conv_transposes) if cpu_conv_rewrites else ()
+    passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
     workarounds = run_sequence(model, passes)
     if workarounds.modified:
         model = _check_and_infer(workarounds.model, path)
