@@ -86,17 +86,29 @@ def _bare_call(session: runtime.Session, inputs: dict[str, np.ndarray]) -> Calla
     return call
 
 
+SETTLE_MS = 5.0  # untimed calls of a contender before each timed one (see interleaved)
+
+
 def interleaved(contenders: list[tuple[str, Callable[[], object]]], warmup: int,
-                iterations: int) -> dict[str, list[float]]:
+                iterations: int, settle_ms: float = SETTLE_MS) -> dict[str, list[float]]:
     """Milliseconds per call of each contender, measured in turns, each turn in the next of all
-    possible orders. A fixed or merely rotated order charges one contender for what another
-    leaves running: onnxruntime's worker threads spin after each run, and whichever module ran
-    right after it looked up to 30% slower than the same module elsewhere in the turn (ppocr-rec).
-    Over all orders every contender follows every other equally often."""
+    possible orders, each timed call preceded by untimed calls of the same contender (at least
+    one, and at least ``settle_ms``).
+
+    Whatever one contender leaves running is charged to the next: onnxruntime's worker threads
+    spin after each run, and on this 2-core machine a module run right after it measured up to
+    30-70% slower (PP-OCR-det tuned: 18-21 ms alone, 26-35 ms straight after onnxruntime; with
+    onnxruntime's spinning off, 18-22 ms either way). All orders spread that evenly but do not
+    remove it; the settling calls do, and time every contender as it runs in a deployment, in
+    its own steady state."""
     orders = list(itertools.permutations(contenders))
     times: dict[str, list[float]] = {name: [] for name, _ in contenders}
     for i in range(warmup + iterations):
         for name, f in orders[i % len(orders)]:
+            settled = time.perf_counter() + settle_ms / 1e3
+            f()
+            while time.perf_counter() < settled:
+                f()
             start = time.perf_counter()
             f()
             if i >= warmup:
