@@ -17,6 +17,7 @@ from onnx import numpy_helper, shape_inference, version_converter
 
 from aot.errors import ModelError
 from aot.frontend.branches import inline_constant_ifs
+from aot.frontend.conv1d import decompose_short_conv1ds
 from aot.frontend.conv_transpose import decompose_strided_conv_transposes
 from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
@@ -68,7 +69,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     flags become extra graph outputs that ``ModelSource.outputs`` does not list.
     ``cpu_conv_rewrites``: rewrite the convolutions IREE's CPU code runs slowly into what it runs
     well: depthwise ones as shifted slices (``frontend/depthwise.py``), non-overlapping transposed
-    ones as a matmul and a pixel shuffle (``frontend/conv_transpose.py``).
+    ones as a matmul and a pixel shuffle (``frontend/conv_transpose.py``), 1-D ones with few
+    outputs as a matmul over their windows (``frontend/conv1d.py``).
     """
     path = Path(path)
     raw = _read(path)
@@ -90,8 +92,9 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model = _check_and_infer(model, path)
     model, folded = _simplify(model, path)
     _require_static_outputs(model)
-    # Two IREE 3.13 bugs avoided; for the CPU, two kinds of convolution rewritten.
-    cpu_passes = (decompose_depthwise_convs, decompose_strided_conv_transposes) if cpu_conv_rewrites else ()
+    # Two IREE 3.13 bugs avoided; for the CPU, three kinds of convolution rewritten.
+    cpu_passes = ((decompose_depthwise_convs, decompose_strided_conv_transposes, decompose_short_conv1ds)
+                  if cpu_conv_rewrites else ())
     passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
     workarounds = run_sequence(model, passes)
     if workarounds.modified:
