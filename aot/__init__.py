@@ -11,7 +11,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY = {"build": "aot.api", "plan": "aot.api", "BuildOptions": "aot.options", "Target": "aot.target"}
+_LAZY = {"build": "aot.api", "plan": "aot.api", "BuildOptions": "aot.options", "Target": "aot.runtime.target"}
 __all__ = ["__version__", *_LAZY]
 
 

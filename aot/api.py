@@ -49,7 +49,7 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
     from aot.partition import Plan, Region
     from aot.partition.support import ACCEL, HOST
     from aot.runtime import manifest as mf
-    from aot.target import Target
+    from aot.runtime.target import Target
 
     build_dir = Path(build_dir)
     bundle = mf.bundle_dir(build_dir)

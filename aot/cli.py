@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from aot.errors import AotError
-from aot.target import Target
+from aot.runtime.target import Target
 
 
 def main(argv: list[str] | None = None) -> int:

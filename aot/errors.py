@@ -6,14 +6,11 @@ built from those fields so that the CLI can print ``ERROR: <message>`` and exit 
 
 from __future__ import annotations
 
+# The runtime's errors live in its package (a bundle ships a copy of it); the build raises the same classes.
+from aot.runtime.errors import AotError, BundleError, DeviceError, RuntimeInputError
 
-class AotError(Exception):
-    """Base of every error `aot` raises on purpose."""
-
-    def __init__(self, message: str, *, hint: str = "") -> None:
-        self.message = message
-        self.hint = hint
-        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+__all__ = ["AotError", "BundleError", "DeviceError", "RuntimeInputError", "ModelError", "ImporterError",
+           "PartitionError", "OutlineError", "CompileError"]
 
 
 class ModelError(AotError):
@@ -48,18 +45,6 @@ class CompileError(AotError):
             f"iree-compile failed for region {region!r} (exit {returncode}):\n{self.stderr_tail}",
             hint=f"reproduce with: {repro}",
         )
-
-
-class BundleError(AotError):
-    """A bundle on disk is missing files, corrupt, or was built by an incompatible version."""
-
-
-class DeviceError(AotError):
-    """A device named by the bundle cannot be opened, or does not match what was compiled for."""
-
-
-class RuntimeInputError(AotError):
-    """Inputs given to a bundle do not match its signature (name, dtype or shape)."""
 
 
 def _shell_quote(arg: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from aot.errors import ModelError
 from aot.partition.partitioner import PartitionOptions
 from aot.partition.support import Overrides
-from aot.target import Target
+from aot.runtime.target import Target
 
 
 @dataclass(frozen=True, slots=True)

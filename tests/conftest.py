@@ -18,7 +18,7 @@ from aot.pipeline import build
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import (ConstantInput, GateRecord, Manifest, ModelInfo, PartitionRecord, RegionCheck,
                                   RegionEntry, TensorSig, Verification, Weights)
-from aot.target import Target
+from aot.runtime.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import pytest
 from aot import cli
 from aot.errors import AotError
 from aot.options import BuildOptions
-from aot.target import Target
+from aot.runtime.target import Target
 
 
 def options(*argv: str) -> BuildOptions:

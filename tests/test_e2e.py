@@ -17,7 +17,7 @@ from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
 from aot.options import BuildOptions
 from aot.pipeline import build
 from aot.runtime import manifest as mf
-from aot.target import Target
+from aot.runtime.target import Target
 from conftest import RTOL, ATOL, golden, run_aot
 
 pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device

@@ -11,7 +11,7 @@ import pytest
 
 from aot import api
 from aot.options import BuildOptions
-from aot.target import Target
+from aot.runtime.target import Target
 
 pytestmark = pytest.mark.device  # compiles with IREE (and --measure runs on the device)
 

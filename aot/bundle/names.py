@@ -67,3 +67,54 @@ def py_doc(name: str, limit: int = 60) -> str:
     can survive, so it cannot end the docstring or comment it sits in."""
     shown = re.sub(r"[^A-Za-z0-9_.,:/+ -]", "?", name)
     return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+# C11 keywords, and names the C stub itself declares or includes; identifiers starting with an
+# underscore are reserved (C11 7.1.3), so the encoder never produces one.
+_C_RESERVED = frozenset("""auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void
+    volatile while bool true false alignas alignof noreturn static_assert thread_local
+    size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t NULL errno assert""".split())
+
+
+def c_identifier(name: str, taken: set[str] | None = None) -> str:
+    """A valid, readable, lower-case C identifier for ``name``, unique against ``taken`` (then
+    added). Lower case, so the upper-case macros made from it are unique too."""
+    base = _NOT_IDENT.sub("_", name).strip("_").lower() or "t"
+    if len(base) > MAX_IDENT:
+        base = f"{base[:MAX_IDENT]}_{_digest(name)}"
+    if base[0].isdigit():
+        base = f"t_{base}"
+    if base in _C_RESERVED:
+        base = f"{base}_"
+    ident = base
+    if taken is not None:
+        i = 2
+        while ident in taken:
+            ident = f"{base}_{i}"
+            i += 1
+        taken.add(ident)
+    return ident
+
+
+def c_str(name: str) -> str:
+    """A C string literal of ``name``'s UTF-8 bytes: printable ASCII as is, except that quote,
+    backslash and ``?`` (trigraphs such as ``??/``) are escaped; every other byte, NUL included,
+    as a three-digit octal escape, which cannot run into the character after it."""
+    out = []
+    for b in name.encode("utf-8", "surrogatepass"):
+        c = chr(b)
+        if c in '"\\?':
+            out.append("\\" + c)
+        elif 0x20 <= b < 0x7F:
+            out.append(c)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def c_comment(name: str, limit: int = 60) -> str:
+    """A lossy, display-only form for C comments: no ``*``, ``/``, ``?``, backslash or newline
+    survives, so it can neither end the comment nor splice a line through a trigraph."""
+    shown = re.sub(r"[^A-Za-z0-9_.,:+ -]", "_", name)
+    return shown if len(shown) <= limit else shown[:limit] + "..."

@@ -7,6 +7,8 @@ template output raises, so a template cannot print an unencoded name by mistake.
 from __future__ import annotations
 
 import ast
+import hashlib
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from aot.runtime.manifest import Manifest, TensorSig
 
 # Package data: setuptools ships them in the wheel, so stubs render outside the source tree too.
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# The package every bundle ships a copy of, as stubs/python/aot_runtime (one source of truth).
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 
 
 class Encoded(str):
@@ -38,6 +42,8 @@ def _environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["pyliteral"] = lambda v: Encoded(names.py_str(v))
     env.filters["pydoc"] = lambda v: Encoded(names.py_doc(v))
+    env.filters["cliteral"] = lambda v: Encoded(names.c_str(v))
+    env.filters["ccomment"] = lambda v: Encoded(names.c_comment(v))
     return env
 
 
@@ -56,6 +62,14 @@ def _example_call(inputs: list[dict[str, Encoded]], outputs: list[dict[str, Enco
     return Encoded(f"{outs} = m({', '.join(i['ident'] for i in inputs)})")
 
 
+def runtime_sha256(folder: Path = RUNTIME) -> str:
+    """What the stub checks the shipped runtime against (the stub template hashes the same way)."""
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def python_stub(manifest: Manifest) -> tuple[str, str]:
     """Return (file name, source) of the Python stub for ``manifest``. The source always parses."""
     model = manifest.model.name
@@ -71,6 +85,7 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
     module = names.py_module_name(model)
     source = _environment().get_template("python/stub.py.j2").render(
         aot_version=dict(manifest.toolchain)["aot"], model_name=model, model_sha256=manifest.model.sha256,
+        runtime_sha256=runtime_sha256(),
         class_name=Encoded(names.py_class_name(model)), example_call=_example_call(inputs, outputs),
         n_regions=len(manifest.regions), devices=", ".join(sorted(manifest.drivers)),
         inputs=inputs, outputs=outputs)
@@ -79,10 +94,15 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
 
 
 def write_stubs(manifest: Manifest, bundle: Path) -> Path:
+    """Write the Python stub and the runtime it imports into ``bundle/stubs/python``."""
     out = bundle / "stubs" / "python"
     out.mkdir(parents=True, exist_ok=True)
     for pkg in (bundle / "stubs", out):
         (pkg / "__init__.py").write_text("")
+    shipped = out / "aot_runtime"
+    shipped.mkdir()
+    for source in sorted(RUNTIME.glob("*.py")):
+        shutil.copyfile(source, shipped / source.name)
     name, source = python_stub(manifest)
     path = out / name
     path.write_text(source)

@@ -13,7 +13,7 @@ from aot.errors import AotError, CompileError
 from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
                                 iree_compile_path)
 from aot.runtime.manifest import file_sha256
-from aot.target import Target
+from aot.runtime.target import Target
 
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from aot.errors import BundleError
-from aot.target import Target
+from .errors import BundleError
+from .target import Target
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"

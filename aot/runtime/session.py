@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from aot.errors import BundleError, DeviceError, RuntimeInputError
-from aot.runtime import manifest as mf
-from aot.runtime.manifest import Manifest, RegionEntry, TensorSig
+from .errors import BundleError, DeviceError, RuntimeInputError
+from . import manifest as mf
+from .manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)

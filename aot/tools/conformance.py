@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aot.target import Target
+from aot.runtime.target import Target
 from aot.tools.isolate import in_child
 
 CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")

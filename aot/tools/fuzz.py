@@ -118,7 +118,7 @@ def _build_and_compare(path: Path, out: Path, accel: str) -> tuple[str, str]:
     from aot.checks import reference
     from aot.errors import AotError
     from aot.options import BuildOptions
-    from aot.target import Target
+    from aot.runtime.target import Target
 
     options = BuildOptions(accel=Target.accelerator(accel))
     try:

@@ -45,7 +45,7 @@ class AotBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> AotRep:
         from aot.options import BuildOptions
         from aot.pipeline import build
-        from aot.target import Target
+        from aot.runtime.target import Target
 
         scratch = Path(tempfile.mkdtemp(prefix="aot-backend-"))
         path = scratch / "model.onnx"

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from aot.target import Target
+from aot.runtime.target import Target
 
 O2, O3 = "--iree-opt-level=O2", "--iree-opt-level=O3"
 DATA_TILING = "--iree-opt-data-tiling=true"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,11 @@ def test_example_manifest_matches_its_golden(vulkan_bundle):
 
 
 def test_example_stub_matches_its_golden(vulkan_bundle):
-    check_golden("tiny_cnn.py", vulkan_bundle.bundle.stub.read_text())
+    # The hash of the shipped runtime changes with every runtime edit; the footprint tests check it.
+    stub = re.sub(r"^RUNTIME_SHA256 = '[0-9a-f]{64}'$", f"RUNTIME_SHA256 = {MASK}", vulkan_bundle.bundle.stub.read_text(),
+                  flags=re.M)
+    assert MASK in stub
+    check_golden("tiny_cnn.py", stub)
 
 
 def test_masking_keeps_everything_else(vulkan_bundle):

@@ -9,7 +9,7 @@ import pytest
 from aot.errors import AotError
 from aot.lower.compile import compile_argv
 from aot.options import BuildOptions
-from aot.target import HOIST_LIMIT, Target
+from aot.runtime.target import HOIST_LIMIT, Target
 
 
 @pytest.mark.parametrize("text, backend, arch, driver", [

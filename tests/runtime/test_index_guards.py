@@ -15,7 +15,7 @@ from aot import api, runtime
 from aot.checks import reference
 from aot.errors import RuntimeInputError
 from aot.options import BuildOptions
-from aot.target import Target
+from aot.runtime.target import Target
 from conftest import indexing_model
 
 pytestmark = pytest.mark.device  # compiles with IREE and runs on the device

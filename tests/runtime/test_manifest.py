@@ -12,7 +12,7 @@ import pytest
 from aot.errors import BundleError
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import GateRecord, Manifest
-from aot.target import Target
+from aot.runtime.target import Target
 from conftest import small_manifest
 
 

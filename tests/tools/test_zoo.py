@@ -10,7 +10,7 @@ import aot
 from aot.checks import golden as check, reference
 from aot.options import BuildOptions
 from aot.partition.support import Overrides
-from aot.target import Target
+from aot.runtime.target import Target
 from aot.tools import samples, zoo
 from conftest import ATOL, RTOL, golden
 

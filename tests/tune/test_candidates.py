@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aot.target import Target
+from aot.runtime.target import Target
 from aot.tune.candidates import IM2COL, candidates
 
 CONV = 'torch.operator "onnx.Conv"(%x, %w) : (!torch.vtensor<[1,3,8,8],f32>'

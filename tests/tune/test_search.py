@@ -10,7 +10,7 @@ import numpy as np
 from aot.errors import CompileError
 from aot.lower.compile import CompiledRegion
 from aot.runtime.manifest import Manifest
-from aot.target import Target
+from aot.runtime.target import Target
 from aot.tune import search
 from aot.tune.candidates import FlagSet
 from conftest import small_manifest

@@ -13,7 +13,7 @@ from aot import runtime
 from aot.options import BuildOptions
 from aot.pipeline import build
 from aot.runtime import manifest as mf
-from aot.target import Target
+from aot.runtime.target import Target
 from conftest import golden, run_aot
 
 pytestmark = pytest.mark.device

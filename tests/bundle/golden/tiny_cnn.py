@@ -5,14 +5,62 @@ Do not edit: rebuild with `aot build` instead.
 
     m = TinyCnn()
     logits, top_probs, top_classes = m(image)
+
+Needs only numpy and iree-base-runtime: the aot runtime ships beside this file (aot_runtime/).
+Errors are the runtime's classes, re-exported here: RuntimeInputError (bad inputs), BundleError
+(a damaged or mismatched bundle), DeviceError (a device that cannot be opened).
 """
 
+import hashlib
+import importlib.util
+import sys
 from pathlib import Path
 
-from aot import runtime as _runtime
-
 MODEL_SHA256 = '772673038f8069d70aa79315becec82b195ee7460b1fe5705092f2c55a02de2d'
-_BUNDLE_DIR = Path(__file__).resolve().parents[2]
+RUNTIME_SHA256 = <volatile>
+_HERE = Path(__file__).resolve().parent
+_BUNDLE_DIR = _HERE.parents[1]
+
+
+def _sources_sha256(folder):
+    h = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _import_runtime():
+    """The runtime shipped in aot_runtime/, checked against its sha256 and imported under a name of
+    its own (bundles built by other aot versions can share a process). An installed aot whose
+    runtime is the same bytes is used instead, so its callers catch the classes they know."""
+    try:
+        from aot import runtime as installed
+        if _sources_sha256(Path(installed.__file__).parent) == RUNTIME_SHA256:
+            return installed
+    except ImportError:
+        pass
+    name = "aot_runtime_" + RUNTIME_SHA256[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    shipped = _HERE / "aot_runtime"
+    if _sources_sha256(shipped) != RUNTIME_SHA256:
+        raise ImportError(f"the aot runtime in {str(shipped)!r} is missing or damaged (sha256 mismatch); "
+                          "copy the whole bundle again, or rebuild it with `aot build`")
+    spec = importlib.util.spec_from_file_location(name, shipped / "__init__.py", submodule_search_locations=[str(shipped)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+_runtime = _import_runtime()
+RuntimeInputError = _runtime.errors.RuntimeInputError
+BundleError = _runtime.errors.BundleError
+DeviceError = _runtime.errors.DeviceError
 
 
 class TinyCnn:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aot.errors import AotError
+from .errors import AotError
 
 # backend -> (runtime driver, default arch). The default Vulkan arch is llvmpipe because a module
 # compiled for a real GPU's subgroup size returns silently wrong results on lavapipe (DESIGN §3).
