@@ -42,3 +42,15 @@ else
   echo "setup: WARNING: no Vulkan driver, and no root/apt-get to install one."
   echo "setup:          Vulkan builds and device tests will fail; install mesa-vulkan-drivers libvulkan1."
 fi
+
+# A C compiler: the tests compile every generated C header (and the example program) with it.
+if command -v cc >/dev/null; then
+  echo "setup: C compiler present ($(command -v cc))"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "setup: installing a C compiler (apt-get install gcc libc6-dev)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq gcc libc6-dev >/dev/null
+else
+  echo "setup: WARNING: no C compiler and no root/apt-get to install one; install gcc."
+fi

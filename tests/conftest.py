@@ -22,6 +22,27 @@ from aot.runtime.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Model-supplied names that generated code must survive (quotes, comment ends, trigraphs, NUL, ...).
+HOSTILE = [
+    "x", "'", '"', '"""', "'''", "a\nb", "a\r\nb", "*/", "/*", "??=", "\\", "\\x00", "\0", "a\0b",
+    "import os; os.system('echo pwned')", "__import__('os')", "class", "def", "None", "self", "np",
+    "1abc", "", " ", "é", "名前", "\u202e", "\ud800", "x" * 5000, "{{ raw }}", "{% if %}", "#",
+    "a.b:c/d", "-", "...", "__init__", "print(1)#",
+]
+
+
+def hostile_manifest(name: str) -> Manifest:
+    """A one-region manifest whose model, tensor and node names are ``name``."""
+    region = RegionEntry("r0", Target.host(), "host", "modules/r0.vmfb", "main", (name,), (name + "'out",), (name,),
+                         0, 0, 0.0, "0" * 64, None)
+    return Manifest(
+        model=ModelInfo(name, "0" * 64, name, 17, 0),
+        inputs=(TensorSig(name, "float32", (1, 3)), TensorSig(name + "2", "int64", (2,)), TensorSig("x", "float32", ())),
+        outputs=(TensorSig(name + "'out", "float32", (1,)),),
+        constant_inputs=(), weights=None, regions=(region,), schedule=("r0",), boundary_tensors=(),
+        host_reasons=(), partition=PartitionRecord("greedy", "all", 2, None, None, (), "defaults"),
+        graph=(), cpu_flags=(), toolchain=(("aot", name),))
+
 
 def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types: dict[str, str] | None = None,
           shape: tuple[int, ...] = (1, 8)) -> GraphView:

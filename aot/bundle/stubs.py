@@ -1,8 +1,4 @@
-"""Render host stubs from the manifest with Jinja2 (the only module that imports jinja2).
-
-Every model-derived string reaches a template through an encoder filter; a raw ``str`` in a
-template output raises, so a template cannot print an unencoded name by mistake.
-"""
+"""Render the Python stub from the manifest, and write every stub (Python, C) into a bundle."""
 
 from __future__ import annotations
 
@@ -10,51 +6,18 @@ import ast
 import hashlib
 import shutil
 from pathlib import Path
-from typing import Any
-
-import jinja2
 
 from aot.bundle import names
+from aot.bundle.c_stub import c_stub
+from aot.bundle.render import Encoded, dtype_name, environment
 from aot.runtime.manifest import Manifest, TensorSig
 
-# Package data: setuptools ships them in the wheel, so stubs render outside the source tree too.
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The package every bundle ships a copy of, as stubs/python/aot_runtime (one source of truth).
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 
 
-class Encoded(str):
-    """A string that went through an encoder and may be printed into generated code."""
-
-
-class RawStringInTemplate(jinja2.TemplateError):
-    pass
-
-
-def _finalize(value: Any) -> Any:
-    if isinstance(value, Encoded) or type(value) in (int, bool):
-        return value
-    raise RawStringInTemplate(f"unencoded value {value!r:.60} reached a template; pass it through an encoder filter")
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), finalize=_finalize,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters["pyliteral"] = lambda v: Encoded(names.py_str(v))
-    env.filters["pydoc"] = lambda v: Encoded(names.py_doc(v))
-    env.filters["cliteral"] = lambda v: Encoded(names.c_str(v))
-    env.filters["ccomment"] = lambda v: Encoded(names.c_comment(v))
-    return env
-
-
 def _shape(shape: tuple[int, ...]) -> Encoded:
     return Encoded("[" + ", ".join(str(int(d)) for d in shape) + "]")
-
-
-def _dtype(dtype: str) -> Encoded:
-    import numpy as np
-
-    return Encoded(np.dtype(dtype).name)  # raises for anything that is not a real dtype
 
 
 def _example_call(inputs: list[dict[str, Encoded]], outputs: list[dict[str, Encoded]]) -> Encoded:
@@ -77,13 +40,13 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
 
     def io(entries: tuple[TensorSig, ...]) -> list[dict[str, Encoded]]:
         return [{"ident": Encoded(names.py_identifier(e.name, taken)), "literal": Encoded(names.py_str(e.name)),
-                 "doc": Encoded(names.py_doc(e.name)), "dtype": _dtype(e.dtype), "shape": _shape(e.shape)}
+                 "doc": Encoded(names.py_doc(e.name)), "dtype": dtype_name(e.dtype), "shape": _shape(e.shape)}
                 for e in entries]
 
     inputs = io(manifest.inputs)
     outputs = io(manifest.outputs)
     module = names.py_module_name(model)
-    source = _environment().get_template("python/stub.py.j2").render(
+    source = environment().get_template("python/stub.py.j2").render(
         aot_version=dict(manifest.toolchain)["aot"], model_name=model, model_sha256=manifest.model.sha256,
         runtime_sha256=runtime_sha256(),
         class_name=Encoded(names.py_class_name(model)), example_call=_example_call(inputs, outputs),
@@ -94,7 +57,12 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
 
 
 def write_stubs(manifest: Manifest, bundle: Path) -> Path:
-    """Write the Python stub and the runtime it imports into ``bundle/stubs/python``."""
+    """Write the Python stub and the runtime it imports into ``bundle/stubs/python``, and the C
+    stub into ``bundle/stubs/c``; return the Python stub's path."""
+    c_dir = bundle / "stubs" / "c"
+    c_dir.mkdir(parents=True, exist_ok=True)
+    for file_name, source in c_stub(manifest).items():
+        (c_dir / file_name).write_text(source)
     out = bundle / "stubs" / "python"
     out.mkdir(parents=True, exist_ok=True)
     for pkg in (bundle / "stubs", out):

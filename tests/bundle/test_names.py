@@ -10,16 +10,10 @@ import sys
 
 import pytest
 
-from aot.bundle import names, stubs
-from aot.runtime.manifest import Manifest, ModelInfo, PartitionRecord, RegionEntry, TensorSig
-from aot.runtime.target import Target
+from aot.bundle import names, render, stubs
+from aot.runtime.manifest import TensorSig
+from conftest import HOSTILE, hostile_manifest
 
-HOSTILE = [
-    "x", "'", '"', '"""', "'''", "a\nb", "a\r\nb", "*/", "/*", "??=", "\\", "\\x00", "\0", "a\0b",
-    "import os; os.system('echo pwned')", "__import__('os')", "class", "def", "None", "self", "np",
-    "1abc", "", " ", "é", "名前", "\u202e", "\ud800", "x" * 5000, "{{ raw }}", "{% if %}", "#",
-    "a.b:c/d", "-", "...", "__init__", "print(1)#",
-]
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -49,18 +43,6 @@ def test_file_name_is_portable(name):
     assert all(c.isalnum() or c in "._-" for c in f) and len(f) <= 70
 
 
-def hostile_manifest(name: str) -> Manifest:
-    region = RegionEntry("r0", Target.host(), "host", "modules/r0.vmfb", "main", (name,), (name + "'out",), (name,),
-                         0, 0, 0.0, "0" * 64, None)
-    return Manifest(
-        model=ModelInfo(name, "0" * 64, name, 17, 0),
-        inputs=(TensorSig(name, "float32", (1, 3)), TensorSig(name + "2", "int64", (2,)), TensorSig("x", "float32", ())),
-        outputs=(TensorSig(name + "'out", "float32", (1,)),),
-        constant_inputs=(), weights=None, regions=(region,), schedule=("r0",), boundary_tensors=(),
-        host_reasons=(), partition=PartitionRecord("greedy", "all", 2, None, None, (), "defaults"),
-        graph=(), cpu_flags=(), toolchain=(("aot", name),))
-
-
 @pytest.mark.parametrize("name", HOSTILE)
 def test_stub_parses_and_imports_without_side_effects(name, tmp_path, capfd):
     file_name, source = stubs.python_stub(hostile_manifest(name))
@@ -82,8 +64,8 @@ def test_stub_parses_and_imports_without_side_effects(name, tmp_path, capfd):
 
 
 def test_template_refuses_a_raw_string():
-    env = stubs._environment()
-    with pytest.raises(stubs.RawStringInTemplate):
+    env = render.environment()
+    with pytest.raises(render.RawStringInTemplate):
         env.from_string("{{ value }}").render(value="raw model name")
     assert env.from_string("{{ value | pyliteral }}").render(value="a'b") == names.py_str("a'b")
 

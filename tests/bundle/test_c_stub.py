@@ -1,0 +1,167 @@
+"""The generated C stub. Always: the header compiles standalone under -std=c11 -Wall -Wextra -Werror
+beside a C file that uses every name it declares, for the example model and for every hostile
+name; the example program compiles; rendering is deterministic. With an installed IREE runtime
+(IREERuntime_DIR): the CMake project builds and its example matches onnxruntime."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aot.bundle import names
+from aot.bundle.c_stub import c_stub
+from aot.runtime import manifest as mf
+from aot.runtime.manifest import IndexOp
+from conftest import HOSTILE, hostile_manifest
+
+CC = shutil.which("cc") or shutil.which("gcc")
+STRICT = ("-std=c11", "-Wall", "-Wextra", "-Werror")
+
+
+def _compile(tmp_path: Path, files: dict[str, str], main: str, *flags: str) -> None:
+    assert CC, "no C compiler; `make test` installs gcc (scripts/setup.sh)"
+    for name, source in files.items():
+        (tmp_path / name).write_text(source)
+    proc = subprocess.run([CC, *STRICT, *flags, "-c", main, "-o", "out.o"], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, f"{main} does not compile:\n{proc.stderr[:3000]}"
+
+
+def uses_every_name(header_name: str, header: str) -> str:
+    """A C file that uses every macro, struct field, type and function ``header`` declares,
+    found by reading the header itself (so a name it declares badly fails to compile here)."""
+    lines = [f'#include "{header_name}"', "#include <string.h>", "", "int use_everything(void);",
+             "int use_everything(void) {", "  long total = 0;"]
+    guard = re.search(r"#ifndef (\w+)", header).group(1)
+    for i, (macro, value) in enumerate(re.findall(r"^#define (\w+) ?(.*)$", header, re.M)):
+        if macro == guard:
+            continue
+        if value.startswith("{"):
+            lines.append(f"  {{ long long v{i}[] = {macro}; total += (long)sizeof(v{i}) + (long)v{i}[0]; }}")
+        elif value.startswith('"'):
+            lines.append(f"  total += (long)strlen({macro}) + (long)sizeof({macro});")
+        else:
+            lines.append(f"  total += (long)({macro});")
+    for struct, body in re.findall(r"^struct (\w+) \{(.*?)^\};", header, re.M | re.S):
+        lines.append(f"  {{ struct {struct} s; memset(&s, 0, sizeof(s));")
+        for field in re.findall(r"\*\s*(\w+);", body):
+            lines.append(f"    total += s.{field} == 0;")
+        lines.append("  }")
+    for typedef, body_name in re.findall(r"typedef struct (\w+) \{.*?\} (\w+);", header, re.S):
+        lines.append(f"  {{ {body_name} o; memset(&o, 0, sizeof(o)); total += (long)sizeof(struct {typedef}); }}")
+    for fn in re.findall(r"^(?:int|void|const char\*) (\w+)\(", header, re.M):
+        lines.append(f"  total += (long)sizeof(&{fn});")
+    lines += ["  return (int)total;", "}", ""]
+    return "\n".join(lines)
+
+
+def _check_header(manifest, tmp_path: Path) -> dict[str, str]:
+    files = c_stub(manifest)
+    (header_name,) = [n for n in files if n.endswith(".h")]
+    header = files[header_name]
+    assert "iree" not in re.sub(r"/\*.*?\*/", "", header, flags=re.S).lower(), "an IREE name leaks into the header"
+    assert set(re.findall(r"#include <([^>]+)>", header)) == {"stddef.h", "stdint.h"}
+    _compile(tmp_path, {header_name: header, "use.c": uses_every_name(header_name, header)}, "use.c")
+    return files
+
+
+def test_the_example_header_compiles_and_declares_its_signature(host_bundle, tmp_path):
+    manifest = host_bundle.bundle.manifest
+    files = _check_header(manifest, tmp_path)
+    header = files["tiny_cnn.h"]
+    assert "#define TINY_CNN_INPUT_IMAGE_SHAPE {1, 3, 64, 64}" in header
+    assert "#define TINY_CNN_OUTPUT_TOP_CLASSES_DTYPE \"int64\"" in header
+    assert "  int64_t* top_classes;" in header and "  const float* image;" in header
+    # The example program compiles against it (it needs no IREE header).
+    _compile(tmp_path, files, "main.c")
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=range(len(HOSTILE)))
+def test_every_hostile_name_gives_a_header_that_compiles(name, tmp_path):
+    manifest = hostile_manifest(name)
+    files = _check_header(manifest, tmp_path)
+    _compile(tmp_path, files, "main.c")
+    header = next(v for k, v in files.items() if k.endswith(".h"))
+    # Names survive as data: the literal decodes back to the name's UTF-8 bytes.
+    literal = names.c_str(name)
+    assert f"_NAME {literal}" in header
+
+
+def test_duplicates_after_mangling_and_c_keywords_stay_distinct(tmp_path):
+    manifest = hostile_manifest("a.b")
+    sigs = tuple(mf.TensorSig(n, "float32", (2,)) for n in ("a.b", "a_b", "A_B", "a-b", "int", "return", "_Bool"))
+    import dataclasses
+
+    manifest = dataclasses.replace(manifest, inputs=sigs)
+    files = _check_header(manifest, tmp_path)
+    header = next(v for k, v in files.items() if k.endswith(".h"))
+    fields = re.findall(r"const float\* (\w+);", header)
+    assert len(fields) == len(set(fields)) == 7 and "int_" in fields and "return_" in fields
+
+
+def test_rendering_is_deterministic_and_matches_the_bundle(host_bundle):
+    manifest = host_bundle.bundle.manifest
+    first, second = c_stub(manifest), c_stub(mf.read(host_bundle.bundle.path))
+    assert first == second
+    shipped = {p.name: p.read_text() for p in (host_bundle.bundle.path / "stubs" / "c").iterdir()}
+    assert shipped == first and set(first) == {"tiny_cnn.h", "tiny_cnn.c", "main.c", "CMakeLists.txt"}
+
+
+def test_the_implementation_checks_indices_and_guards_named_in_the_manifest(host_bundle):
+    """The C stub applies the manifest's index-range checks at its boundary and refuses a guarded
+    result, as the Python runtime does."""
+    import dataclasses
+
+    manifest = dataclasses.replace(
+        hostile_manifest("ids"), inputs=(mf.TensorSig("ids", "int64", (2, 3)),),
+        index_ops=(IndexOp("gather_node", "Gather", "ids", (10,), "checked", input="ids"),
+                   IndexOp("g2", "Gather", "computed", (4,), "guarded", flag="ids'out")))
+    source = c_stub(manifest)["ids.c"]
+    assert "static int check_indices_0(const int64_t* data)" in source
+    assert "if (check_indices_0(inputs->ids)) return -1;" in source
+    assert "index value(s) computed inside the model" in source
+
+
+def _iree_runtime_dir() -> Path | None:
+    value = os.environ.get("IREERuntime_DIR")
+    return Path(value) if value else None
+
+
+@pytest.mark.device
+def test_the_example_builds_and_matches_onnxruntime_on_an_installed_iree_runtime(vulkan_bundle, example_model,
+                                                                             tmp_path):
+    runtime_dir = _iree_runtime_dir()
+    if runtime_dir is None:
+        pytest.skip("IREERuntime_DIR is not set: no installed IREE runtime to build the C example against "
+                    "(no package registry ships IREE's runtime development files; see README, 'Embedding the C stub')")
+    from aot.checks import reference
+
+    bundle = vulkan_bundle.bundle.path
+    build = tmp_path / "build"
+    include = os.environ.get("IREE_RUNTIME_INCLUDE_DIR")   # where the install lacks IREE's headers
+    configure = ["cmake", "-S", str(bundle / "stubs" / "c"), "-B", str(build), f"-DIREERuntime_DIR={runtime_dir}",
+                 "-DCMAKE_BUILD_TYPE=Release", *([f"-DIREE_RUNTIME_INCLUDE_DIR={include}"] if include else [])]
+    for argv in (configure, ["cmake", "--build", str(build), "-j2"]):
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    manifest = mf.read(bundle)
+    inputs = reference.random_inputs(manifest.inputs, seed=5)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    for i, sig in enumerate(manifest.inputs):
+        np.save(tmp_path / "in" / f"input{i}.npy", inputs[sig.name])
+    proc = subprocess.run([str(build / "tiny_cnn_example"), str(bundle), str(tmp_path / "in"), str(tmp_path / "out"),
+                           "20"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)
+    expected = reference.outputs(example_model, inputs, [o.name for o in manifest.outputs], manifest)
+    for i, (want, sig) in enumerate(zip(expected, manifest.outputs)):
+        got = np.load(tmp_path / "out" / f"output{i}.npy")
+        assert got.dtype == want.dtype and got.shape == want.shape, sig.name
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=sig.name)
