@@ -6,6 +6,7 @@ generated stub runs where just iree-base-runtime and numpy are installed.
 """
 
 from . import errors
-from .session import LOAD_ATTEMPTS, Session, check_inputs, load
+from .registry import Registry
+from .session import LOAD_ATTEMPTS, Devices, Session, check_inputs, load
 
-__all__ = ["LOAD_ATTEMPTS", "Session", "check_inputs", "errors", "load"]
+__all__ = ["LOAD_ATTEMPTS", "Devices", "Registry", "Session", "check_inputs", "errors", "load"]

@@ -21,16 +21,42 @@ _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
 
 
-def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True) -> "Session":
+def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True,
+         devices: "Devices | None" = None) -> "Session":
     """Open the bundle (its directory, or the build directory holding it as ``bundle/``): create
     each device once, load the weights and every module once per device. ``expect_sha256`` (from
-    a generated stub) guards against a stub/bundle mismatch."""
+    a generated stub) guards against a stub/bundle mismatch. ``devices``: share that instance and
+    its devices with the other sessions using it (see ``Registry``)."""
     bundle = mf.bundle_dir(bundle_dir)
     manifest = mf.read(bundle)
     if expect_sha256 is not None and manifest.model.sha256 != expect_sha256:
         raise BundleError(f"bundle {str(bundle)!r} was built from another model than this stub",
                           hint="use the stub that ships inside the bundle")
-    return Session(bundle, manifest, check_device=check_device)
+    return Session(bundle, manifest, check_device=check_device, devices=devices)
+
+
+class Devices:
+    """One VM instance and one device per driver, opened on first use and shared by every session
+    created with it: a process serving several models opens each device once."""
+
+    def __init__(self) -> None:
+        import iree.runtime as rt
+
+        self.instance = rt.VmInstance()
+        self._devices: dict[str, Any] = {}
+        self.opened: list[str] = []   # drivers, in the order their device was opened
+
+    def device(self, rt: Any, driver: str, regions: list[RegionEntry], check: bool, manifest: Manifest) -> Any:
+        if driver not in self._devices:
+            self._devices[driver] = _open_device(rt, driver, regions, check=False, manifest=manifest)
+            self.opened.append(driver)
+        if check:
+            _check_device(rt, driver, regions, manifest)
+        return self._devices[driver]
+
+    def close(self) -> None:
+        """Drop the devices; close every session using them first."""
+        self._devices.clear()
 
 
 class Session:
@@ -41,7 +67,8 @@ class Session:
     the compiled-for vs opened device check (verification only: it wants to see what a mismatched
     module really computes)."""
 
-    def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True) -> None:
+    def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
+                 devices: Devices | None = None) -> None:
         import iree.runtime as rt
 
         self.manifest = manifest
@@ -51,7 +78,8 @@ class Session:
         self._schedule = manifest.schedule
         self._checked_indices = tuple(op for op in manifest.index_ops if op.status == "checked")
         self._guards = tuple(op for op in manifest.index_ops if op.status == "guarded")
-        self._instance = rt.VmInstance()
+        self._shared = devices
+        self._instance = devices.instance if devices is not None else rt.VmInstance()
         self._devices: dict[str, Any] = {}
         self._contexts: dict[str, Any] = {}
         self._modules: list[Any] = []
@@ -89,7 +117,9 @@ class Session:
         one that keeps failing is a DeviceError naming the regions."""
         error = ""
         for _ in range(LOAD_ATTEMPTS):
-            device = _open_device(rt, driver, regions, check=check_device, manifest=self.manifest)
+            # A shared device is not replaced (other sessions hold it): its attempts reuse it.
+            device = (self._shared.device(rt, driver, regions, check_device, self.manifest) if self._shared
+                      else _open_device(rt, driver, regions, check=check_device, manifest=self.manifest))
             modules = [rt.create_hal_module(self._instance, device)]
             if params is not None:
                 provider = params.create_provider(scope=self.manifest.weights.scope)
@@ -258,9 +288,17 @@ def _open_device(rt: Any, driver: str, regions: list[RegionEntry], check: bool, 
         raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
                           f"{', '.join(r.name for r in regions)}: {e}",
                           hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
-    if driver in mf.HOST_DRIVERS and check:
+    if check:
+        _check_device(rt, driver, regions, manifest)
+    return device
+
+
+def _check_device(rt: Any, driver: str, regions: list[RegionEntry], manifest: Manifest) -> None:
+    """The device can run these regions: the CPU has the build's features, the Vulkan device is
+    the kind the SPIR-V was compiled for."""
+    if driver in mf.HOST_DRIVERS:
         _check_cpu(regions, manifest.cpu_flags)
-    if driver == "vulkan" and check:
+    if driver == "vulkan":
         name = _vulkan_device_name(rt)
         for r in regions:
             on_lavapipe = "llvmpipe" in name.lower()
@@ -270,7 +308,6 @@ def _open_device(rt: Any, driver: str, regions: list[RegionEntry], check: bool, 
                                   f"Vulkan device here is {name!r}",
                                   hint="rebuild with --vulkan-target matching this device "
                                        "(llvmpipe for Mesa lavapipe)")
-    return device
 
 
 def _vulkan_device_name(rt: Any) -> str:

@@ -40,7 +40,7 @@ def uses_every_name(header_name: str, header: str) -> str:
              "int use_everything(void) {", "  long total = 0;"]
     guard = re.search(r"#ifndef (\w+)", header).group(1)
     for i, (macro, value) in enumerate(re.findall(r"^#define (\w+) ?(.*)$", header, re.M)):
-        if macro == guard:
+        if macro == guard or not value:   # include guards
             continue
         if value.startswith("{"):
             lines.append(f"  {{ long long v{i}[] = {macro}; total += (long)sizeof(v{i}) + (long)v{i}[0]; }}")
@@ -55,6 +55,8 @@ def uses_every_name(header_name: str, header: str) -> str:
         lines.append("  }")
     for typedef, body_name in re.findall(r"typedef struct (\w+) \{.*?\} (\w+);", header, re.S):
         lines.append(f"  {{ {body_name} o; memset(&o, 0, sizeof(o)); total += (long)sizeof(struct {typedef}); }}")
+    for typedef in re.findall(r"^typedef struct (\w+) \1;", header, re.M):
+        lines.append(f"  {{ {typedef}* p = 0; total += p == 0; }}")
     for fn in re.findall(r"^(?:int|void|const char\*) (\w+)\(", header, re.M):
         lines.append(f"  total += (long)sizeof(&{fn});")
     lines += ["  return (int)total;", "}", ""]
@@ -128,40 +130,128 @@ def test_the_implementation_checks_indices_and_guards_named_in_the_manifest(host
     assert "index value(s) computed inside the model" in source
 
 
-def _iree_runtime_dir() -> Path | None:
+def _iree_runtime() -> tuple[Path, str | None]:
+    """The installed IREE runtime to build against (IREERuntime_DIR), and where its headers are
+    when the install lacks them (IREE_RUNTIME_INCLUDE_DIR); skip, saying why, without one."""
     value = os.environ.get("IREERuntime_DIR")
-    return Path(value) if value else None
+    if not value:
+        pytest.skip("IREERuntime_DIR is not set: no installed IREE runtime to build the C example against "
+                    "(no package registry ships IREE's runtime development files; see README, 'Embedding the C stub')")
+    return Path(value), os.environ.get("IREE_RUNTIME_INCLUDE_DIR")
+
+
+def _cmake(source: Path, build: Path, **defines: str) -> None:
+    runtime_dir, include = _iree_runtime()
+    configure = ["cmake", "-S", str(source), "-B", str(build), f"-DIREERuntime_DIR={runtime_dir}",
+                 "-DCMAKE_BUILD_TYPE=Release", *([f"-DIREE_RUNTIME_INCLUDE_DIR={include}"] if include else []),
+                 *(f"-D{k}={v}" for k, v in defines.items())]
+    for argv in (configure, ["cmake", "--build", str(build), "-j2"]):
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _run_example(bundle: Path, model: Path, tmp_path: Path, seed: int = 5) -> str:
+    """Build the bundle's C example, run it on random inputs, compare with onnxruntime."""
+    from aot.checks import reference
+
+    manifest = mf.read(bundle)
+    prefix = names.c_identifier(manifest.model.name)
+    _cmake(bundle / "stubs" / "c", tmp_path / "build")
+    inputs = reference.random_inputs(manifest.inputs, seed=seed)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    for i, sig in enumerate(manifest.inputs):
+        np.save(tmp_path / "in" / f"input{i}.npy", inputs[sig.name])
+    proc = subprocess.run([str(tmp_path / "build" / f"{prefix}_example"), str(bundle), str(tmp_path / "in"),
+                           str(tmp_path / "out"), "20"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    expected = reference.outputs(model, inputs, [o.name for o in manifest.outputs], manifest)
+    for i, (want, sig) in enumerate(zip(expected, manifest.outputs)):
+        got = np.load(tmp_path / "out" / f"output{i}.npy")
+        assert got.dtype == want.dtype and got.shape == want.shape, sig.name
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=sig.name)
+        print(f"{sig.name}: max abs error vs onnxruntime {np.abs(got.astype(np.float64) - want).max():.3g}")
+    print(proc.stdout)
+    return proc.stdout
 
 
 @pytest.mark.device
 def test_the_example_builds_and_matches_onnxruntime_on_an_installed_iree_runtime(vulkan_bundle, example_model,
                                                                              tmp_path):
-    runtime_dir = _iree_runtime_dir()
-    if runtime_dir is None:
-        pytest.skip("IREERuntime_DIR is not set: no installed IREE runtime to build the C example against "
-                    "(no package registry ships IREE's runtime development files; see README, 'Embedding the C stub')")
-    from aot.checks import reference
+    out = _run_example(vulkan_bundle.bundle.path, example_model, tmp_path)
+    assert re.search(r"tiny_cnn: load [\d.]+ ms; 20 runs: median [\d.]+ ms", out)
 
-    bundle = vulkan_bundle.bundle.path
-    build = tmp_path / "build"
-    include = os.environ.get("IREE_RUNTIME_INCLUDE_DIR")   # where the install lacks IREE's headers
-    configure = ["cmake", "-S", str(bundle / "stubs" / "c"), "-B", str(build), f"-DIREERuntime_DIR={runtime_dir}",
-                 "-DCMAKE_BUILD_TYPE=Release", *([f"-DIREE_RUNTIME_INCLUDE_DIR={include}"] if include else [])]
-    for argv in (configure, ["cmake", "--build", str(build), "-j2"]):
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    manifest = mf.read(bundle)
-    inputs = reference.random_inputs(manifest.inputs, seed=5)
-    (tmp_path / "in").mkdir()
-    (tmp_path / "out").mkdir()
-    for i, sig in enumerate(manifest.inputs):
-        np.save(tmp_path / "in" / f"input{i}.npy", inputs[sig.name])
-    proc = subprocess.run([str(build / "tiny_cnn_example"), str(bundle), str(tmp_path / "in"), str(tmp_path / "out"),
-                           "20"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    print(proc.stdout)
-    expected = reference.outputs(example_model, inputs, [o.name for o in manifest.outputs], manifest)
-    for i, (want, sig) in enumerate(zip(expected, manifest.outputs)):
-        got = np.load(tmp_path / "out" / f"output{i}.npy")
-        assert got.dtype == want.dtype and got.shape == want.shape, sig.name
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=sig.name)
+
+@pytest.mark.device
+def test_a_zoo_model_through_the_c_stub_matches_onnxruntime_and_refuses_a_bad_id(tmp_path):
+    """MiniLM: its token ids are checked at the C boundary as in Python."""
+    _iree_runtime()
+    from aot import api
+    from aot.options import BuildOptions
+
+    result = api.build("zoo:minilm", tmp_path / "minilm", BuildOptions(accel=None))
+    bundle = result.bundle.path
+    _run_example(bundle, result.bundle.manifest.model.source, tmp_path)
+    ids = np.load(tmp_path / "in" / "input0.npy")
+    ids[0, 5] = 10**9
+    np.save(tmp_path / "in" / "input0.npy", ids)
+    proc = subprocess.run([str(tmp_path / "build" / "minilm_example"), str(bundle), str(tmp_path / "in"),
+                           str(tmp_path / "out"), "1"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "input 'input_ids': value 1000000000 at flat position 5 is outside [-30522, 30521]" in proc.stderr
+
+
+SHARED_TEST = """
+#include <math.h>
+#include <stdio.h>
+#include "tiny_cnn.h"
+static int run(tiny_cnn_handle* h, const float* image, float* logits) {
+  static float p[TINY_CNN_OUTPUT_TOP_PROBS_ELEMENTS];
+  static int64_t c[TINY_CNN_OUTPUT_TOP_CLASSES_ELEMENTS];
+  struct tiny_cnn_inputs in = {image};
+  struct tiny_cnn_outputs out = {logits, p, c};
+  return tiny_cnn_run(h, &in, &out);
+}
+int main(int argc, char** argv) {
+  static float image[TINY_CNN_INPUT_IMAGE_ELEMENTS];
+  float alone[TINY_CNN_OUTPUT_LOGITS_ELEMENTS], a[TINY_CNN_OUTPUT_LOGITS_ELEMENTS], b[TINY_CNN_OUTPUT_LOGITS_ELEMENTS];
+  for (int i = 0; i < TINY_CNN_INPUT_IMAGE_ELEMENTS; ++i) image[i] = (float)((i * 7919) % 1000) / 1000.0f;
+  tiny_cnn_handle *h = NULL, *ha = NULL, *hb = NULL;
+  aot_shared_runtime* shared = NULL;
+  if (argc < 2 || tiny_cnn_create(argv[1], NULL, &h) || run(h, image, alone)) goto fail;
+  tiny_cnn_destroy(h);
+  if (tiny_cnn_shared_runtime_create(&shared)) goto fail;
+  tiny_cnn_options options = {0, shared};
+  if (tiny_cnn_create(argv[1], &options, &ha)) goto fail;
+  int after_one = tiny_cnn_shared_runtime_devices(shared);
+  if (tiny_cnn_create(argv[1], &options, &hb)) goto fail;
+  int after_two = tiny_cnn_shared_runtime_devices(shared);
+  tiny_cnn_shared_runtime_release(shared);   /* the handles hold it */
+  for (int r = 0; r < 3; ++r) if (run(ha, image, a) || run(hb, image, b)) goto fail;
+  double diff = 0;
+  for (int i = 0; i < TINY_CNN_OUTPUT_LOGITS_ELEMENTS; ++i) diff = fmax(diff, fmax(fabs(a[i] - b[i]), fabs(a[i] - alone[i])));
+  tiny_cnn_destroy(ha);
+  tiny_cnn_destroy(hb);
+  printf("DEVICES %d %d DIFF %g\\n", after_one, after_two, diff);
+  return 0;
+fail:
+  printf("error: %s\\n", tiny_cnn_last_error());
+  return 1;
+}
+"""
+
+
+@pytest.mark.device
+def test_handles_share_one_runtime_and_open_each_device_once(vulkan_bundle, tmp_path):
+    _iree_runtime()
+    (tmp_path / "shared_test.c").write_text(SHARED_TEST)
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.21)\nproject(shared_test C)\n"
+        'add_subdirectory("${STUB_DIR}" stub)\nadd_executable(shared_test shared_test.c)\n'
+        "target_link_libraries(shared_test PRIVATE tiny_cnn m)\n")
+    _cmake(tmp_path, tmp_path / "build", STUB_DIR=str(vulkan_bundle.bundle.path / "stubs" / "c"))
+    proc = subprocess.run([str(tmp_path / "build" / "shared_test"), str(vulkan_bundle.bundle.path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Vulkan and the CPU: two devices for one handle, still two for two; same logits as alone.
+    assert "DEVICES 2 2 DIFF 0\n" in proc.stdout
