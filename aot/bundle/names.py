@@ -19,14 +19,16 @@ def _digest(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
-def py_identifier(name: str, taken: set[str] | None = None) -> str:
-    """A valid, readable Python identifier for ``name``, unique against ``taken`` (then added)."""
+def _identifier(name: str, taken: set[str] | None, reserved, lower: bool = False) -> str:
+    """[A-Za-z0-9_], no leading digit or underscore, bounded length, suffixed with ``_`` when
+    ``reserved(base)``, and unique against ``taken`` (then added)."""
     base = _NOT_IDENT.sub("_", name).strip("_") or "t"
+    base = base.lower() if lower else base
     if len(base) > MAX_IDENT:  # keep it readable; the digest keeps distinct long names apart
         base = f"{base[:MAX_IDENT]}_{_digest(name)}"
     if base[0].isdigit():
         base = f"t_{base}"
-    if keyword.iskeyword(base) or keyword.issoftkeyword(base) or base in ("self", "np"):
+    if reserved(base):
         base = f"{base}_"
     ident = base
     if taken is not None:
@@ -36,6 +38,11 @@ def py_identifier(name: str, taken: set[str] | None = None) -> str:
             i += 1
         taken.add(ident)
     return ident
+
+
+def py_identifier(name: str, taken: set[str] | None = None) -> str:
+    """A valid, readable Python identifier for ``name``, unique against ``taken`` (then added)."""
+    return _identifier(name, taken, lambda b: keyword.iskeyword(b) or keyword.issoftkeyword(b) or b in ("self", "np"))
 
 
 def py_class_name(name: str) -> str:
@@ -80,21 +87,7 @@ _C_RESERVED = frozenset("""auto break case char const continue default do double
 def c_identifier(name: str, taken: set[str] | None = None) -> str:
     """A valid, readable, lower-case C identifier for ``name``, unique against ``taken`` (then
     added). Lower case, so the upper-case macros made from it are unique too."""
-    base = _NOT_IDENT.sub("_", name).strip("_").lower() or "t"
-    if len(base) > MAX_IDENT:
-        base = f"{base[:MAX_IDENT]}_{_digest(name)}"
-    if base[0].isdigit():
-        base = f"t_{base}"
-    if base in _C_RESERVED:
-        base = f"{base}_"
-    ident = base
-    if taken is not None:
-        i = 2
-        while ident in taken:
-            ident = f"{base}_{i}"
-            i += 1
-        taken.add(ident)
-    return ident
+    return _identifier(name, taken, _C_RESERVED.__contains__, lower=True)
 
 
 def c_str(name: str) -> str:

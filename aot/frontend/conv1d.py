@@ -17,45 +17,24 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.fold import static_shapes
-from aot.frontend.passes import PassResult, rewrite_result
+from aot.frontend.conv_rewrite import conv_operands, rewrite_each
+from aot.frontend.passes import PassResult
 
 MAX_POSITIONS = 8   # one Slice node per output position; longer outputs suit IREE's own tiling
 
 
 def decompose_short_conv1ds(model: onnx.ModelProto) -> PassResult:
     """Pass: rewrite each 1-D Conv with constant weights and few outputs; count them."""
-    g = model.graph
-    shapes = static_shapes(g)
-    consts = {t.name: t for t in g.initializer}
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-    changed = 0
-    for node in g.node:
-        plan = _short_conv1d(node, shapes, consts)
-        if plan is None:
-            nodes.append(node)
-            continue
-        new_nodes, new_inits = _decompose(node, *plan)
-        nodes += new_nodes
-        inits += new_inits
-        changed += 1
-    return rewrite_result(model, nodes, inits, changed)
+    return rewrite_each(model, _rewrite)
 
 
-def _short_conv1d(node: onnx.NodeProto, shapes, consts):
-    """(weights, bias, stride, pads, input shape, positions) when this pass handles ``node``."""
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+def _rewrite(node: onnx.NodeProto, shapes, consts):
+    """The windows and matmul replacing ``node`` when it is a 1-D Conv this pass handles."""
+    ops = conv_operands(node, shapes, consts, "Conv", 3)
+    if ops is None:
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    x = shapes.get(node.input[0])
-    weight = consts.get(node.input[1])
-    has_bias = len(node.input) > 2 and bool(node.input[2])
-    bias = consts.get(node.input[2]) if has_bias else None
-    if x is None or len(x) != 3 or weight is None or (has_bias and bias is None):
-        return None
-    w = numpy_helper.to_array(weight)
-    if (w.dtype != np.float32 or w.ndim != 3 or w.shape[1] != x[1] or w.shape[2] < 2 or attrs.get("group", 1) != 1
+    attrs, x, w = ops.attrs, ops.x, ops.w
+    if (w.shape[1] != x[1] or w.shape[2] < 2 or attrs.get("group", 1) != 1
             or any(d != 1 for d in attrs.get("dilations", (1,)))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"", "NOTSET")):
         return None
@@ -63,8 +42,7 @@ def _short_conv1d(node: onnx.NodeProto, shapes, consts):
     positions = (x[2] + sum(pads) - w.shape[2]) // stride + 1
     if not 0 < positions <= MAX_POSITIONS:
         return None
-    b = numpy_helper.to_array(bias) if bias is not None else None
-    return w, b, stride, pads, x, positions
+    return _decompose(node, w, ops.b, stride, pads, x, positions)
 
 
 def _decompose(node, w, b, stride, pads, x, positions):

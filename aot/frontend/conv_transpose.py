@@ -19,52 +19,30 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.fold import static_shapes
-from aot.frontend.passes import PassResult, rewrite_result
+from aot.frontend.conv_rewrite import conv_operands, rewrite_each
+from aot.frontend.passes import PassResult
 
 
 def decompose_strided_conv_transposes(model: onnx.ModelProto) -> PassResult:
     """Pass: rewrite each 2-D ConvTranspose whose kernel equals its stride; count them."""
-    g = model.graph
-    shapes = static_shapes(g)
-    consts = {t.name: t for t in g.initializer}
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-    changed = 0
-    for node in g.node:
-        plan = _pixel_shuffle(node, shapes, consts)
-        if plan is None:
-            nodes.append(node)
-            continue
-        new_nodes, new_inits = _decompose(node, *plan)
-        nodes += new_nodes
-        inits += new_inits
-        changed += 1
-    return rewrite_result(model, nodes, inits, changed)
+    return rewrite_each(model, _rewrite)
 
 
-def _pixel_shuffle(node: onnx.NodeProto, shapes, consts):
-    """(weights, bias, input shape) when ``node`` is a ConvTranspose this pass handles."""
-    if node.op_type != "ConvTranspose" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+def _rewrite(node: onnx.NodeProto, shapes, consts):
+    """The matmul and shuffle replacing ``node`` when it is a ConvTranspose this pass handles."""
+    ops = conv_operands(node, shapes, consts, "ConvTranspose", 4)
+    if ops is None:
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    x = shapes.get(node.input[0])
-    weight = consts.get(node.input[1])
-    has_bias = len(node.input) > 2 and bool(node.input[2])
-    bias = consts.get(node.input[2]) if has_bias else None
-    if x is None or len(x) != 4 or weight is None or (has_bias and bias is None):
-        return None
-    w = numpy_helper.to_array(weight)
+    attrs, x, w = ops.attrs, ops.x, ops.w
     kernel = tuple(w.shape[2:])
-    if (w.dtype != np.float32 or w.ndim != 4 or w.shape[0] != x[1] or attrs.get("group", 1) != 1
+    if (w.shape[0] != x[1] or attrs.get("group", 1) != 1
             or tuple(attrs.get("strides", (1, 1))) != kernel or kernel == (1, 1)
             or any(d != 1 for d in attrs.get("dilations", (1, 1)))
             or any(attrs.get("pads", (0, 0, 0, 0))) or any(attrs.get("output_padding", (0, 0)))
             or "output_shape" in attrs
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", b"", "NOTSET", "VALID")):
         return None
-    b = numpy_helper.to_array(bias) if bias is not None else None
-    return w, b, x
+    return _decompose(node, w, ops.b, x)
 
 
 def _decompose(node, w, b, x):

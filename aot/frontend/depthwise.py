@@ -15,50 +15,29 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.fold import static_shapes
-from aot.frontend.passes import PassResult, rewrite_result
+from aot.frontend.conv_rewrite import conv_operands, rewrite_each
+from aot.frontend.passes import PassResult
 
 MIN_TAPS = 9    # 3x3 and up; smaller kernels are cheap either way
 
 
 def decompose_depthwise_convs(model: onnx.ModelProto) -> PassResult:
     """Pass: rewrite each 2-D depthwise Conv with constant weights; count the Convs rewritten."""
-    g = model.graph
-    shapes = static_shapes(g)
-    consts = {t.name: t for t in g.initializer}
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-    changed = 0
-    for node in g.node:
-        plan = _depthwise(node, shapes, consts)
-        if plan is None:
-            nodes.append(node)
-            continue
-        new_nodes, new_inits = _decompose(node, *plan)
-        nodes += new_nodes
-        inits += new_inits
-        changed += 1
-    return rewrite_result(model, nodes, inits, changed)
+    return rewrite_each(model, _rewrite)
 
 
-def _depthwise(node: onnx.NodeProto, shapes, consts):
-    """(weights, bias, strides, pads, input shape) when ``node`` is a Conv this pass handles."""
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+def _rewrite(node: onnx.NodeProto, shapes, consts):
+    """The slices replacing ``node`` when it is a depthwise Conv this pass handles."""
+    ops = conv_operands(node, shapes, consts, "Conv", 4)
+    if ops is None:
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    x = shapes.get(node.input[0])
-    weight = consts.get(node.input[1])
-    bias = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-    if x is None or len(x) != 4 or weight is None or (len(node.input) > 2 and node.input[2] and bias is None):
-        return None
-    w = numpy_helper.to_array(weight)
+    attrs, x, w = ops.attrs, ops.x, ops.w
     channels = x[1]
-    if (w.dtype != np.float32 or attrs.get("group", 1) != channels or w.shape[:2] != (channels, 1)
+    if (attrs.get("group", 1) != channels or w.shape[:2] != (channels, 1)
             or w.shape[2] * w.shape[3] < MIN_TAPS or any(d != 1 for d in attrs.get("dilations", (1, 1)))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"", "NOTSET")):
         return None
-    b = numpy_helper.to_array(bias) if bias is not None else None
-    return w, b, tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))), x
+    return _decompose(node, w, ops.b, tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))), x)
 
 
 def _decompose(node, w, b, strides, pads, x):
