@@ -43,7 +43,7 @@ def _dtype_of(name: str, dtype: str) -> tuple[str, str, str]:
     return DTYPES[dt]
 
 
-def _tensors(entries: tuple[TensorSig, ...]) -> list[dict]:
+def _tensors(entries: tuple[TensorSig, ...], index: dict[str, int]) -> list[dict]:
     taken: set[str] = set()
     out = []
     for e in entries:
@@ -55,26 +55,34 @@ def _tensors(entries: tuple[TensorSig, ...]) -> list[dict]:
                     "dtype_literal": _literal(dtype_name(e.dtype)), "ctype": Encoded(ctype), "descr": _literal(descr),
                     "rank": len(e.shape), "dims": Encoded("[" + ", ".join(str(int(d)) for d in e.shape) + "]"),
                     "shape_init": Encoded("{" + _init(e.shape) + "}"), "elements": elements,
-                    "bytes": elements * np.dtype(dtype_name(e.dtype)).itemsize})
+                    "bytes": _nbytes(e.shape, e.dtype), "value": index[e.name]})
     return out
 
 
-def _schedule(manifest: Manifest, inputs: list[dict], outputs: list[dict]) -> dict:
+def _value_index(manifest: Manifest) -> dict[str, int]:
+    """Every tensor of a run, numbered: the model inputs, then each region's outputs."""
+    names_ = dict.fromkeys([*(s.name for s in manifest.inputs),
+                            *(v for n in manifest.schedule for v in manifest.region(n).outputs)])
+    return {v: i for i, v in enumerate(names_)}
+
+
+def _nbytes(shape, dtype: str) -> int:
+    return math.prod(int(d) for d in shape) * np.dtype(dtype_name(dtype)).itemsize
+
+
+def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
     """Devices, values and regions of the run, as indices into the C tables."""
     drivers = list(manifest.drivers)
-    value_names = list(dict.fromkeys([*(s.name for s in manifest.inputs),
-                                      *(v for n in manifest.schedule for v in manifest.region(n).outputs)]))
-    index = {v: i for i, v in enumerate(value_names)}
     boundary = dict(manifest.boundary_tensors)
     sigs = {s.name: s for s in (*manifest.inputs, *manifest.outputs)}
     values = []
-    for v in value_names:
+    for v in index:
         b = boundary.get(v)
         dtype, shape = (b.dtype, b.shape) if b is not None and b.shape is not None else (sigs[v].dtype, sigs[v].shape)
         _, element_type, _ = _dtype_of(v, dtype)
         values.append({"literal": _literal(v), "element_type": Encoded(f"IREE_HAL_ELEMENT_TYPE_{element_type}"),
                        "rank": len(shape), "dims_init": Encoded("{" + _init(shape) + "}"),
-                       "bytes": math.prod(int(d) for d in shape) * np.dtype(dtype_name(dtype)).itemsize})
+                       "bytes": _nbytes(shape, dtype)})
     regions = []
     for n in manifest.schedule:
         r = manifest.region(n)
@@ -82,17 +90,12 @@ def _schedule(manifest: Manifest, inputs: list[dict], outputs: list[dict]) -> di
                         "module": _literal(r.module), "sha256": _literal(r.sha256), "function": _literal(r.function),
                         "inputs": r.inputs, "outputs": r.outputs, "inputs_init": _init(index[v] for v in r.inputs),
                         "outputs_init": _init(index[v] for v in r.outputs)})
-    for t in inputs:
-        consumers = [r["device"] for r in regions if t["name"] in r["inputs"]]
-        t.update(value=index[t["name"]], device=consumers[0] if consumers else -1)
-    for t in outputs:
-        t.update(value=index[t["name"]])
-    return {"devices": [_literal(d) for d in drivers], "values": values, "regions": regions, "value_index": index,
+    return {"devices": [_literal(d) for d in drivers], "values": values, "regions": regions,
             "max_rank": max([1, *(v["rank"] for v in values)]),
             "max_region_io": max([1, *(len(r["inputs"]) for r in regions), *(len(r["outputs"]) for r in regions)])}
 
 
-def _index_checks(manifest: Manifest, inputs: list[dict]) -> tuple[list[dict], list[dict]]:
+def _index_checks(manifest: Manifest, inputs: list[dict], index: dict[str, int]) -> tuple[list[dict], list[dict]]:
     """The index ops the stub checks at its boundary (``checked``) and after the run (``guarded``)."""
     by_name = {t["name"]: t for t in inputs}
     checked, guards = [], []
@@ -101,24 +104,21 @@ def _index_checks(manifest: Manifest, inputs: list[dict]) -> tuple[list[dict], l
                   "dims_init": _init(op.dims), "valid_literal": _literal(op.valid)}
         if op.status == "checked" and op.input in by_name:
             t = by_name[op.input]
-            checked.append({**common, "op": Encoded(op.op if op.op.isidentifier() else "index"),
+            checked.append({**common, "op": Encoded(names.c_comment(op.op)),
                             "node_doc": Encoded(names.c_comment(op.node)), "input_doc": t["doc"],
                             "valid_doc": Encoded(names.c_comment(op.valid)), "input_literal": t["literal"],
                             "field": t["ident"], "ctype": t["ctype"], "elements": t["elements"]})
         elif op.status == "guarded" and op.flag is not None:
-            guards.append({**common, "flag": op.flag})
+            guards.append({**common, "value": index[op.flag]})
     return checked, guards
 
 
 def c_stub(manifest: Manifest) -> dict[str, str]:
     """File name -> source of every file of ``stubs/c`` for ``manifest`` (same manifest, same bytes)."""
     prefix = names.c_identifier(manifest.model.name)
-    inputs, outputs = _tensors(manifest.inputs), _tensors(manifest.outputs)
-    schedule = _schedule(manifest, inputs, outputs)
-    checked, guards = _index_checks(manifest, inputs)
-    value_index = schedule.pop("value_index")
-    for g in guards:
-        g["value"] = value_index[g.pop("flag")]
+    index = _value_index(manifest)
+    inputs, outputs = _tensors(manifest.inputs, index), _tensors(manifest.outputs, index)
+    checked, guards = _index_checks(manifest, inputs, index)
     weights = manifest.weights
     context = dict(
         aot_version=dict(manifest.toolchain)["aot"], model_name=manifest.model.name,
@@ -129,7 +129,7 @@ def c_stub(manifest: Manifest) -> dict[str, str]:
         weights={"path": _literal(weights.path), "scope": _literal(weights.scope), "sha256": _literal(weights.sha256)}
         if weights is not None else None,
         host_flags=[_literal(f) for f in (manifest.host_runtime.flags if manifest.host_runtime else ())],
-        **schedule)
+        **_schedule(manifest, index))
     env = environment()
     files = {}
     for template in TEMPLATES:
