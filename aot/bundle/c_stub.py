@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from aot.bundle import names
-from aot.bundle.render import Encoded, dtype_name, environment
+from aot.bundle.render import Encoded, dtype_name, environment, shape_text
 from aot.runtime.manifest import Manifest, TensorSig
 
 # numpy dtype -> (C element type, IREE HAL element type, .npy descr). bool is one byte per element
@@ -53,7 +53,7 @@ def _tensors(entries: tuple[TensorSig, ...], index: dict[str, int]) -> list[dict
         out.append({"name": e.name, "ident": Encoded(ident), "macro": Encoded(ident.upper()), "literal": _literal(e.name),
                     "doc": Encoded(names.c_comment(e.name)), "dtype": dtype_name(e.dtype),
                     "dtype_literal": _literal(dtype_name(e.dtype)), "ctype": Encoded(ctype), "descr": _literal(descr),
-                    "rank": len(e.shape), "dims": Encoded("[" + ", ".join(str(int(d)) for d in e.shape) + "]"),
+                    "rank": len(e.shape), "dims": shape_text(e.shape),
                     "shape_init": Encoded("{" + _init(e.shape) + "}"), "elements": elements,
                     "bytes": _nbytes(e.shape, e.dtype), "value": index[e.name]})
     return out

@@ -46,3 +46,8 @@ def environment() -> jinja2.Environment:
 def dtype_name(dtype: str) -> Encoded:
     """numpy's name of ``dtype``; raises for anything that is not a real dtype."""
     return Encoded(np.dtype(dtype).name)
+
+
+def shape_text(shape) -> Encoded:
+    """``[1, 3, 64, 64]``: a shape for docs and comments."""
+    return Encoded("[" + ", ".join(str(int(d)) for d in shape) + "]")

@@ -9,15 +9,11 @@ from pathlib import Path
 
 from aot.bundle import names
 from aot.bundle.c_stub import c_stub
-from aot.bundle.render import Encoded, dtype_name, environment
+from aot.bundle.render import Encoded, dtype_name, environment, shape_text
 from aot.runtime.manifest import Manifest, TensorSig
 
 # The package every bundle ships a copy of, as stubs/python/aot_runtime (one source of truth).
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
-
-
-def _shape(shape: tuple[int, ...]) -> Encoded:
-    return Encoded("[" + ", ".join(str(int(d)) for d in shape) + "]")
 
 
 def _example_call(inputs: list[dict[str, Encoded]], outputs: list[dict[str, Encoded]]) -> Encoded:
@@ -40,7 +36,7 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
 
     def io(entries: tuple[TensorSig, ...]) -> list[dict[str, Encoded]]:
         return [{"ident": Encoded(names.py_identifier(e.name, taken)), "literal": Encoded(names.py_str(e.name)),
-                 "doc": Encoded(names.py_doc(e.name)), "dtype": dtype_name(e.dtype), "shape": _shape(e.shape)}
+                 "doc": Encoded(names.py_doc(e.name)), "dtype": dtype_name(e.dtype), "shape": shape_text(e.shape)}
                 for e in entries]
 
     inputs = io(manifest.inputs)

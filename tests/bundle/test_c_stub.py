@@ -5,6 +5,7 @@ name; the example program compiles; rendering is deterministic. With an installe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -98,8 +99,6 @@ def test_every_hostile_name_gives_a_header_that_compiles(name, tmp_path):
 def test_duplicates_after_mangling_and_c_keywords_stay_distinct(tmp_path):
     manifest = hostile_manifest("a.b")
     sigs = tuple(mf.TensorSig(n, "float32", (2,)) for n in ("a.b", "a_b", "A_B", "a-b", "int", "return", "_Bool"))
-    import dataclasses
-
     manifest = dataclasses.replace(manifest, inputs=sigs)
     files = _check_header(manifest, tmp_path)
     header = next(v for k, v in files.items() if k.endswith(".h"))
@@ -118,8 +117,6 @@ def test_rendering_is_deterministic_and_matches_the_bundle(host_bundle):
 def test_the_implementation_checks_indices_and_guards_named_in_the_manifest(host_bundle):
     """The C stub applies the manifest's index-range checks at its boundary and refuses a guarded
     result, as the Python runtime does."""
-    import dataclasses
-
     manifest = dataclasses.replace(
         hostile_manifest("ids"), inputs=(mf.TensorSig("ids", "int64", (2, 3)),),
         index_ops=(IndexOp("gather_node", "Gather", "ids", (10,), "checked", input="ids"),
