@@ -2,18 +2,26 @@
 
 ``aot.build("zoo:minilm", "artifacts/minilm")`` works as ``aot build zoo:minilm`` does: a zoo
 model is fetched (pinned, sha256-checked) and its recipe (static shapes, baked inputs) applied,
-with what the caller set winning over the recipe. The pipeline itself only ever sees a file.
+with what the caller set winning over the recipe. ``pkg.module:factory`` names a PyTorch module
+(built with ``options.example_inputs``); ``aot.build_torch`` takes the module itself. Either way
+it is exported with iree-turbine here, and the pipeline sees the exported source.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
-
+from typing import TYPE_CHECKING, Any, Mapping
 
 from aot import pipeline
 from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.pipeline import BuildResult, Planned, Progress
+from aot.runtime.target import Target
+
+if TYPE_CHECKING:
+    from aot.frontend.torch.export import TorchSource
 
 ZOO_PREFIX = "zoo:"
 
@@ -31,6 +39,8 @@ def resolve(model: str | Path, options: BuildOptions = BuildOptions()) -> tuple[
 
 def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Load and partition without compiling (`aot plan`)."""
+    if _is_torch(model):
+        return pipeline.plan_torch(export_factory(str(model), options), options, suggest=suggest)
     path, options = resolve(model, options)
     return pipeline.plan_model(path, options, suggest=suggest)
 
@@ -38,8 +48,72 @@ def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: 
 def build(model: str | Path, out_dir: str | Path, options: BuildOptions = BuildOptions(),
           progress: Progress = lambda s: None) -> BuildResult:
     """Build ``model`` into ``out_dir/bundle`` (`aot build`)."""
+    if _is_torch(model):
+        return pipeline.build_torch(export_factory(str(model), options, progress), Path(out_dir), options, progress)
     path, options = resolve(model, options)
     return pipeline.build(path, Path(out_dir), options, progress)
+
+
+def build_torch(module: Any, example_args: Mapping[str, Any] | tuple, out_dir: str | Path,
+                options: BuildOptions = BuildOptions(), progress: Progress = lambda s: None,
+                **settings: Any) -> BuildResult:
+    """Build a PyTorch ``nn.Module`` into ``out_dir/bundle``: ``example_args`` are its forward's
+    tensors (a tuple, or a dict by argument name); ``settings`` override ``options`` fields
+    (``accel="vulkan"`` or ``"none"`` as on the command line)."""
+    from aot.frontend.torch.export import export
+
+    if isinstance(settings.get("accel"), str) or settings.get("accel", 0) is None:
+        settings["accel"] = Target.accelerator(settings["accel"] or "none")
+    options = dataclasses.replace(options, **settings)
+    if not isinstance(example_args, Mapping):
+        example_args = dict(zip(_forward_arguments(module), example_args))
+    source = _timed(lambda: export(module, example_args, path=_python_path(module),
+                                   attention_as_matmuls=_vulkan(options)), progress)
+    return pipeline.build_torch(source, Path(out_dir), options, progress)
+
+
+def export_factory(spec: str, options: BuildOptions, progress: Progress = lambda s: None) -> "TorchSource":
+    """Call the factory ``spec`` names and export its module for ``options.example_inputs``."""
+    from aot.frontend.torch import factory
+    from aot.frontend.torch.export import export
+
+    if not options.example_inputs:
+        raise AotError(f"{spec!r} is a PyTorch model: its input shapes are needed to export it",
+                       hint="pass --example-input NAME=1x3x224x224[:DTYPE] per forward argument")
+    module = factory.load(spec)
+    return _timed(lambda: export(module, factory.example_tensors(options.example_inputs), path=spec,
+                                 attention_as_matmuls=_vulkan(options)), progress)
+
+
+def _vulkan(options: BuildOptions) -> bool:
+    return options.accel is not None and options.accel.backend == "vulkan-spirv"
+
+
+def _is_torch(model: str | Path) -> bool:
+    from aot.frontend.torch import factory
+
+    return isinstance(model, str) and factory.is_factory(model)
+
+
+def _timed(run, progress: Progress):
+    start = time.perf_counter()
+    source = run()
+    progress(f"export   {source.name}: {len(source.nodes)} ATen ops via iree-turbine "
+             f"({time.perf_counter() - start:.1f}s)")
+    return source
+
+
+def _forward_arguments(module: Any) -> list[str]:
+    import inspect
+
+    return [p.name for p in inspect.signature(module.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _python_path(module: Any) -> str:
+    """Where the module's class is defined, for the manifest (a factory is not known here)."""
+    cls = type(module)
+    return f"<{cls.__module__}.{cls.__qualname__} object>"
 
 
 def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, cluster: str | None = None,

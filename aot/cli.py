@@ -32,8 +32,9 @@ def _parser() -> argparse.ArgumentParser:
                                                         "partitioned across an accelerator and the host CPU.")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
 
-    b = sub.add_parser("build", help="build MODEL.onnx (or zoo:NAME) into a bundle")
-    b.add_argument("model")
+    b = sub.add_parser("build", help="build MODEL.onnx, zoo:NAME or a PyTorch pkg.module:factory into a bundle")
+    b.add_argument("model", help="an ONNX file, zoo:NAME, or pkg.module:factory / file.py:factory returning "
+                                 "an nn.Module (with --example-input)")
     b.add_argument("-o", "--output", required=True, help="artifacts/NAME: the bundle goes to OUTPUT/bundle")
     _add_build_options(b)
     b.set_defaults(func=_cmd_build)
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="run a bundle through its generated stub and compare with onnxruntime")
     c.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
-    c.add_argument("--model", help="the source ONNX model (default: the one named in the manifest)")
+    c.add_argument("--model", help="the source ONNX model or torch factory (default: the one the manifest names)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--atol", type=float, default=1e-4)
     c.set_defaults(func=_cmd_check)
@@ -120,6 +121,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-cpu", default=D.host.arch,
                    help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    p.add_argument("--example-input", action="append", default=[], metavar="NAME=1x3x224x224[:DTYPE]",
+                   help="a PyTorch model (MODEL given as pkg.module:factory or file.py:factory): one per "
+                        "forward argument, in order; the module is exported for these static shapes")
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=VALUE",
                    help="bake an input in as a constant (16000, 0,2 or @values.npy); branches and shapes "
                         "it decides are folded away")
@@ -146,7 +150,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure", action="store_true", default=D.measure,
                    help="time every region on its real device and gate on the measurements")
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=D.verify,
-                   help="run each accelerator region on its device against onnxruntime; move failures "
+                   help="run each accelerator region on its device against the reference (onnxruntime, or "
+                        "PyTorch eager for a torch module); move failures "
                         "to the host (default: on when the device is present)")
     p.add_argument("--tune", action="store_true", default=D.tune,
                    help="search each region's compile flags on its device and the host runtime's threading; "
@@ -169,7 +174,7 @@ def _add_tune_options(p: argparse.ArgumentParser) -> None:
 
 def _build_options(args: argparse.Namespace):
     """BuildOptions from the command line; the accelerator target is parsed here, once."""
-    from aot.options import BuildOptions, parse_constant, parse_shape
+    from aot.options import BuildOptions, parse_constant, parse_example_input, parse_shape
     from aot.partition.support import Overrides, split_names
 
     accel = Target.accelerator(args.accel)
@@ -180,6 +185,7 @@ def _build_options(args: argparse.Namespace):
     return BuildOptions(
         accel=Target.accelerator(args.accel, arch), host=Target.host(args.host_cpu),
         input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
+        example_inputs=tuple(parse_example_input(s) for s in args.example_input),
         constant_inputs=tuple((n, v.tolist()) for n, v in map(parse_constant, args.const_input)),
         policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
         cost_params=Path(args.cost_params) if args.cost_params else None,
@@ -276,7 +282,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from aot.checks import golden as check
 
-    result = check.check_bundle(Path(args.bundle), Path(args.model) if args.model else None, seed=args.seed)
+    result = check.check_bundle(Path(args.bundle), args.model, seed=args.seed)
     print(result.summary())
     if result.max_abs_error > args.atol:
         print(f"ERROR: max abs error {result.max_abs_error:.3g} exceeds {args.atol:g}", file=sys.stderr)

@@ -28,6 +28,7 @@ class BuildOptions:
     # The model
     name: str | None = None                  # model name in the manifest and stub (default: graph name)
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    example_inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # a torch module's: (name, shape, dtype)
     constant_inputs: tuple[tuple[str, Any], ...] = ()  # (input name, number or nested list) baked in
     index_guards: bool = True                # guard indices computed in the graph (frontend/indices.py)
     # Partitioning
@@ -84,7 +85,16 @@ def parse_constant(text: str) -> tuple[str, np.ndarray]:
     return name, np.array(parts[0] if len(parts) == 1 and "," not in value else parts)
 
 
-def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+def parse_example_input(text: str) -> tuple[str, tuple[int, ...], str]:
+    """Parse ``name=1x3x224x224`` or ``name=1x16:int64`` as given to ``--example-input``."""
+    spec, colon, dtype = text.partition(":")
+    if colon and not dtype.isidentifier():
+        raise ModelError(f"bad --example-input {text!r}", hint="write it as NAME=1x3x224x224 or NAME=1x16:int64")
+    name, shape = parse_shape(spec, "--example-input")
+    return name, shape, dtype or "float32"
+
+
+def parse_shape(text: str, flag: str = "--input-shape") -> tuple[str, tuple[int, ...]]:
     """Parse ``name=1x3x224x224`` as given to ``--input-shape``."""
     name, sep, dims = text.rpartition("=")
     try:
@@ -92,5 +102,5 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         shape = ()
     if not sep or not name or not shape or any(d <= 0 for d in shape):
-        raise ModelError(f"bad --input-shape {text!r}", hint="write it as NAME=1x3x224x224")
+        raise ModelError(f"bad {flag} {text!r}", hint="write it as NAME=1x3x224x224")
     return name, shape

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Union
 
 from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage
 from aot.checks import measure, verify
@@ -22,7 +22,7 @@ from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.executor import Executor, executor_for
-from aot.lower.importer import ImportedModule, import_model
+from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
 from aot.partition import Plan, make_plan, validate
@@ -35,14 +35,18 @@ from aot.tune.runtime import choose_host_runtime
 from aot.tune.search import TuneSettings, tune_regions
 from aot.workspace import Workspace
 
+if TYPE_CHECKING:
+    from aot.frontend.torch.export import TorchSource
+
 Progress = Callable[[str], None]
+Source = Union[ModelSource, "TorchSource"]   # what a front end hands the partitioner
 
 
 @dataclass(frozen=True, slots=True)
 class Planned:
     """A loaded model and its plan: everything `aot plan` shows, before IREE is involved."""
 
-    source: ModelSource
+    source: "Source"
     view: GraphView
     plan: Plan
     options: PartitionOptions
@@ -58,14 +62,27 @@ class BuildResult:
 
 
 def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
-    """Load and partition (``options.plan_file``: validate and use that plan instead)."""
+    """Load an ONNX model and partition it (``options.plan_file``: validate and use that plan)."""
     # The CPU's convolution rewrites run before partitioning, so only where every node runs on
     # the CPU: an accelerator keeps its convolution kernels (and the partitioner its node counts).
     source = load(model, dict(options.input_shapes), dict(options.constant_inputs), options.index_guards,
                   cpu_conv_rewrites=options.accel is None)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
-    view = GraphView.from_onnx(source.model)
+    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest)
+
+
+def plan_torch(source: "TorchSource", options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
+    """Partition an exported PyTorch module, its graph view read from the exported MLIR."""
+    from aot.frontend.torch.view import view_of
+
+    if options.name:
+        source = dataclasses.replace(source, name=options.name)
+    return plan_source(source, view_of(source), options, suggest=suggest)
+
+
+def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, suggest: bool = True) -> Planned:
+    """Partition either front end's model: the same policies, gate and record for both."""
     popts = options.partition_options()
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
@@ -107,6 +124,15 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     return build_planned(planned, out_dir, options, progress, clock)
 
 
+def build_torch(source: "TorchSource", out_dir: Path, options: BuildOptions = BuildOptions(),
+                progress: Progress = lambda s: None) -> BuildResult:
+    """Build an exported PyTorch module into ``out_dir/bundle``: the same stages from the plan on."""
+    clock = _Clock(progress)
+    planned = plan_torch(source, options)
+    clock.done("plan", f"{len(planned.view.nodes)} nodes -> {len(planned.plan.regions)} region(s)")
+    return build_planned(planned, out_dir, options, progress, clock)
+
+
 def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = BuildOptions(),
                   progress: Progress = lambda s: None, clock: "_Clock | None" = None) -> BuildResult:
     """Compile, check and publish exactly ``planned.plan``."""
@@ -117,7 +143,7 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
     try:
         if "plan" in options.dump_after:
             planned.plan.save(ws.build / "01-plan.json")
-        imported = import_model(planned.source, ws.params)
+        imported = import_source(planned.source, ws.params)
         if "import" in options.dump_after:
             (ws.build / "02-import.mlir").write_text(imported.mlir)
         clock.done("import", f"weights in {ws.params.name}")
@@ -186,12 +212,13 @@ def _should_verify(staged: Staged, options: BuildOptions) -> bool:
 
 def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: Progress) -> Staged:
     """Check accelerator regions on their device; move failures to the host and compile the new
-    plan, until every remaining accelerator region matches onnxruntime (each round moves at least
+    plan, until every remaining accelerator region matches the reference (each round moves at least
     one region to the host, so this ends)."""
     inputs = random_inputs(staged.manifest.inputs, seed=0)
+    reference = {**verify.reference_values(planned.source, inputs), **inputs}
     moved: tuple[RegionCheck, ...] = ()
     for round_ in range(1, len(staged.plan.regions) + 2):
-        checks = verify.verify_regions(staged.path, staged.manifest, planned.source.model, inputs)
+        checks = verify.verify_regions(staged.path, staged.manifest, reference)
         for c in checks:
             progress(f"verify   {c.region}: {'ok' if c.ok else 'FAILED: ' + str(c.error)}"
                      + (f" (max abs diff {c.max_abs_diff:.3g})" if c.max_abs_diff is not None else ""))
@@ -208,11 +235,11 @@ def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: P
 def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: BuildOptions,
            progress: Progress) -> Staged:
     """Search each region's flags on its device, compile the winners, then choose the host
-    runtime for the tuned bundle. Candidates are checked against onnxruntime like verification
+    runtime for the tuned bundle. Candidates are checked against the reference like verification
     does, so the tuned bundle keeps the verification record."""
     settings = TuneSettings(options.tune_repeats, accel_timeout=options.accel_compile_timeout)
     inputs = random_inputs(staged.manifest.inputs, seed=0)
-    reference = {**verify.reference_values(planned.source.model, inputs), **inputs}
+    reference = {**verify.reference_values(planned.source, inputs), **inputs}
     assert staged.sources is not None
     tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: staged.sources / f"{r}.mlir",
                            compile_.ws.cache, compile_.executor, settings, progress)

@@ -42,6 +42,22 @@ def _nbytes(m: Manifest, tensors: tuple[str, ...]) -> int:
     return sum(m.boundary(v).bytes or 0 for v in tensors)
 
 
+def _origin(m: Manifest) -> str:
+    """The front end: the ONNX opset, or the torch and iree-turbine versions that exported it."""
+    if m.model.frontend == "torch":
+        versions = dict(m.toolchain)
+        return (f"PyTorch {m.model.source} (torch {versions.get('torch', '?')}, "
+                f"iree-turbine {versions.get('iree-turbine', '?')})")
+    return f"opset {m.model.opset}"
+
+
+def _op_counts(m: Manifest, region: RegionEntry, most: int = 8) -> str:
+    ops = {g.name: g.op for g in m.graph}
+    counts = Counter(ops.get(n, "?") for n in region.nodes).most_common()
+    text = ", ".join(f"{op} x{n}" for op, n in counts[:most])
+    return text + (f", {len(counts) - most} more op types" if len(counts) > most else "")
+
+
 def coverage_line(cov: CoverageRecord | None) -> str:
     if not cov:
         return "coverage: no accelerator requested"
@@ -52,7 +68,7 @@ def coverage_line(cov: CoverageRecord | None) -> str:
 def text(m: Manifest) -> str:
     part = m.partition
     total_nodes = sum(len(r.nodes) for r in m.regions)
-    lines = [f"model {m.model.name!r}  sha256 {m.model.sha256[:12]}  opset {m.model.opset}",
+    lines = [f"model {m.model.name!r}  sha256 {m.model.sha256[:12]}  {_origin(m)}",
              f"{total_nodes} nodes in {len(m.regions)} region(s); schedule: {' -> '.join(m.schedule)}",
              coverage_line(part.coverage)]
     for row in part.coverage.unsupported if part.coverage else ():
@@ -66,6 +82,7 @@ def text(m: Manifest) -> str:
                      f"{_bytes(_nbytes(m, r.inputs)):>10s} {_bytes(_nbytes(m, r.outputs)):>10s}")
         if r.fallback:
             lines.append(f"         fell back to the host: {r.fallback[:300]}")
+        lines.append(f"         ops: {_op_counts(m, r)}")
     crossing = _crossing(m)
     lines.append(f"\nboundary: {len(crossing)} tensor(s) between regions, "
                  f"{_bytes(_nbytes(m, tuple(v for v, _ in crossing)))} per run")
@@ -77,7 +94,7 @@ def text(m: Manifest) -> str:
         lines.append(f"\ngate: {'partition accepted' if part.gate.accepted else 'partition rejected'}: "
                      f"{part.gate.detail}")
     if m.verification:
-        lines.append("\nverification on the device vs onnxruntime:")
+        lines.append(f"\nverification on the device vs {m.model.reference}:")
         for c in m.verification.checked:
             diff = "-" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
             lines.append(f"  {c.region}: {'ok' if c.ok else 'FAILED'} (max abs diff {diff})")
@@ -99,7 +116,7 @@ def text(m: Manifest) -> str:
 
 def tuning_text(m: Manifest) -> str:
     """Per region: the winning flag set, its time and the default's; every rejection and why."""
-    lines = ["tuning (warm medians on the region's device; candidates checked against onnxruntime):"]
+    lines = [f"tuning (warm medians on the region's device; candidates checked against {m.model.reference}):"]
     for r in m.regions:
         t = r.tuning
         if t is None:

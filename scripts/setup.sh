@@ -13,9 +13,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing aot and its dependencies into $VENV (pip install -e '.[test]')"
+  echo "setup: installing aot and its dependencies into $VENV (pip install -e '.[test,torch]')"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,torch]'
   touch "$stamp"
 else
   echo "setup: $VENV is up to date"

@@ -78,9 +78,20 @@ def test_the_build_stages_never_import_the_tooling():
     assert g.has_edge("aot.api", "aot.tools.zoo") and g.has_edge("aot.cli", "aot.tools.bench")
 
 
-def test_only_lower_imports_the_compiler():
+def test_only_lower_and_the_torch_front_end_import_the_compiler():
+    # The torch front end's input is MLIR (iree-turbine's export): it reads it with the compiler's
+    # Python bindings. The ONNX front end, the partitioner, the bundle writer and the runtime never do.
     users = {_module(p) for p in PACKAGE.rglob("*.py") if any(m.startswith("iree.compiler") for m in _imports(p))}
-    assert users and all(_within(u, ("aot.lower",)) for u in users), users
+    assert users and all(_within(u, ("aot.lower", "aot.frontend.torch")) for u in users), users
+    assert any(_within(u, ("aot.lower",)) for u in users)
+
+
+def test_only_the_torch_front_end_and_its_reference_import_torch():
+    """Everything else builds ONNX models with torch absent (`pip install aot` does not pull it)."""
+    users = {_module(p) for p in PACKAGE.rglob("*.py")
+             if any(_within(m, ("torch", "iree.turbine")) for m in _imports(p))}
+    assert users == {"aot.frontend.torch.export", "aot.frontend.torch.factory", "aot.frontend.torch.attention",
+                     "aot.checks.eager"}, users
 
 
 def test_the_runtime_imports_only_numpy_iree_runtime_and_itself():

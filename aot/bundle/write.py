@@ -64,7 +64,8 @@ def describe(source: ModelSource, view: GraphView, plan: Plan, partition: Partit
             val = view.values[v]
             boundary[v] = BoundaryTensor(val.dtype, val.shape, val.nbytes)
     return Manifest(
-        model=ModelInfo(source.name, source.sha256, str(source.path), source.opset, source.folded_nodes),
+        model=ModelInfo(source.name, source.sha256, str(source.path), source.opset, source.folded_nodes,
+                        source.frontend),
         inputs=tuple(map(_sig, source.inputs)),
         outputs=tuple(map(_sig, source.outputs)),
         constant_inputs=tuple(ConstantInput(n, v.dtype.name, tuple(v.shape), mf.freeze(v.tolist()))
@@ -78,7 +79,8 @@ def describe(source: ModelSource, view: GraphView, plan: Plan, partition: Partit
         graph=tuple(GraphNode(n.name, n.op_type, n.inputs, n.outputs) for n in view.nodes),
         cpu_flags=mf.cpu_flags(),
         toolchain=(("aot", aot.__version__), ("iree-base-compiler", version("iree-base-compiler")),
-                   ("iree-base-runtime", version("iree-base-runtime")), ("onnx", version("onnx"))),
+                   ("iree-base-runtime", version("iree-base-runtime")), ("onnx", version("onnx")),
+                   *source.versions),
         index_ops=source.index_ops,
     )
 

@@ -1,4 +1,5 @@
-"""Golden check: run a bundle through its generated stub and compare with onnxruntime."""
+"""Golden check: run a bundle through its generated stub and compare with its reference:
+onnxruntime on the ONNX model, or the PyTorch module run eagerly (rebuilt from its factory)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class CheckResult:
     bundle: Path
     regions: tuple[str, ...]          # "r0:vulkan-spirv", ...
     diffs: tuple[OutputDiff, ...]
+    reference: str = "onnxruntime"
 
     @property
     def max_abs_error(self) -> float:
@@ -34,7 +36,7 @@ class CheckResult:
     def summary(self) -> str:
         lines = [f"bundle {self.bundle} ({', '.join(self.regions)})"]
         lines += [f"  output {d.name!r}: max abs diff {d.max_abs:.3g}, max rel diff {d.max_rel:.3g}" for d in self.diffs]
-        lines.append(f"max abs error vs onnxruntime: {self.max_abs_error:.3g}")
+        lines.append(f"max abs error vs {self.reference}: {self.max_abs_error:.3g}")
         return "\n".join(lines)
 
 
@@ -58,7 +60,7 @@ def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: l
     diffs = []
     for name, a, e in zip(names, actual, expected):
         if a.shape != e.shape:
-            raise BundleError(f"output {name!r}: shape {list(a.shape)} but onnxruntime gives {list(e.shape)}")
+            raise BundleError(f"output {name!r}: shape {list(a.shape)} but the reference gives {list(e.shape)}")
         d = np.abs(a.astype(np.float64) - e.astype(np.float64))
         rel = d / np.maximum(np.abs(e.astype(np.float64)), 1e-12)
         diffs.append(OutputDiff(name, float(d.max(initial=0.0)), float(rel.max(initial=0.0))))
@@ -67,13 +69,14 @@ def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: l
 
 
 
-def check_bundle(bundle: Path, model: Path | None = None, seed: int = 0,
+def check_bundle(bundle: Path, model: Path | str | None = None, seed: int = 0,
                  inputs: dict[str, np.ndarray] | None = None) -> CheckResult:
     """Run the bundle (its directory or the build directory) through its generated stub and
-    compare every output with onnxruntime on the same inputs."""
+    compare every output with the reference on the same inputs. ``model``: the ONNX file, or the
+    torch factory (``pkg.module:factory``), when not the one the manifest names."""
     bundle = mf.bundle_dir(bundle)
     manifest = mf.read(bundle)
-    model = model or Path(manifest.model.source)
+    source = str(model or manifest.model.source)
     inputs = inputs if inputs is not None else reference.random_inputs(manifest.inputs, seed)
     names = [o.name for o in manifest.outputs]
     stub = load_stub_class(bundle)(bundle)
@@ -81,6 +84,19 @@ def check_bundle(bundle: Path, model: Path | None = None, seed: int = 0,
         actual = stub(*[inputs[s.name] for s in manifest.inputs])
     finally:
         stub.close()
-    expected = reference.outputs(model, inputs, names, manifest)
+    if manifest.model.frontend == "torch":
+        expected = _eager(source, inputs, names)
+    else:
+        expected = reference.outputs(Path(source), inputs, names, manifest)
     regions = tuple(f"{r.name}:{r.target.backend}" for r in manifest.regions)
-    return CheckResult(bundle, regions, compare(actual, expected, names))
+    return CheckResult(bundle, regions, compare(actual, expected, names), manifest.model.reference)
+
+
+def _eager(factory: str, inputs: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+    from aot.checks import eager
+    from aot.frontend.torch import factory as factories
+
+    if factory.startswith("<"):
+        raise BundleError(f"the bundle was built from a module object ({factory}), which `aot check` cannot rebuild",
+                          hint="pass the factory that builds it: aot check BUNDLE --model pkg.module:factory")
+    return eager.outputs(factories.load(factory), inputs, names)

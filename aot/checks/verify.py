@@ -1,5 +1,6 @@
 """Per-region verification: run every accelerator region on its real device with the intermediate
-tensors onnxruntime computes for the same model input, and compare its outputs with onnxruntime's.
+tensors the reference computes for the same model input (onnxruntime for an ONNX model, PyTorch
+eager for a torch module: ``reference_values``), and compare its outputs with the reference's.
 IREE can return silently wrong results (a module compiled for another GPU's subgroup size runs
 and returns garbage), so a region is trusted only after it matched on the device it will use."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -20,7 +22,16 @@ from aot.partition.support import HOST
 from aot.runtime.manifest import Manifest, RegionCheck
 
 
-def reference_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def reference_values(source: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of the loaded ``source`` (either front end's) as its reference computes it."""
+    if source.frontend == "torch":
+        from aot.checks import eager
+
+        return eager.values(source.program, inputs, source.renamed)
+    return onnx_values(source.model, inputs)
+
+
+def onnx_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of ``model`` as onnxruntime computes it for ``inputs``."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -35,9 +46,10 @@ def reference_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> d
     return dict(zip(names, session.run(names, inputs)))
 
 
-def verify_regions(bundle: Path, manifest: Manifest, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+def verify_regions(bundle: Path, manifest: Manifest, reference: dict[str, np.ndarray],
                    rtol: float = VERIFY_RTOL) -> tuple[RegionCheck, ...]:
-    """Check every accelerator region of the (staged) bundle at ``bundle`` on its device."""
+    """Check every accelerator region of the (staged) bundle at ``bundle`` on its device;
+    ``reference``: the model's inputs and every tensor the reference computes from them."""
     accel = [r for r in manifest.regions if not r.target.is_host]
     if not accel:  # nothing to check (e.g. every region was just moved to the host)
         return ()
@@ -47,9 +59,8 @@ def verify_regions(bundle: Path, manifest: Manifest, model: onnx.ModelProto, inp
         # Its initializers never ran through: no region of the bundle can be trusted on the device.
         return tuple(RegionCheck(r.name, False, None, _describe(e)) for r in accel)
     checks = []
+    ref = reference
     with session:
-        ref = reference_values(model, inputs)
-        ref.update(inputs)
         for r in accel:
             try:
                 outs = session.run_region(r.name, [ref[v] for v in r.inputs])
@@ -61,8 +72,9 @@ def verify_regions(bundle: Path, manifest: Manifest, model: onnx.ModelProto, inp
             finite = all(np.isfinite(d) for d in diffs)
             worst = max(diffs, default=0.0) if finite else None
             ok = all(good for good, _ in results)
-            why = (f"outputs differ from onnxruntime by up to {worst:.3g}" if finite
-                   else "outputs are NaN/inf or mis-shaped where onnxruntime's are not")
+            oracle = manifest.model.reference
+            why = (f"outputs differ from {oracle} by up to {worst:.3g}" if finite
+                   else f"outputs are NaN/inf or mis-shaped where {oracle}'s are not")
             checks.append(RegionCheck(r.name, ok, worst, None if ok else why))
     return tuple(checks)
 

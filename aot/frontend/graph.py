@@ -12,6 +12,8 @@ from typing import Iterable, Mapping
 
 import onnx
 
+from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
+
 COMPUTE_OPS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger", "QLinearConv", "QLinearMatMul",
     "ConvInteger", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Tanh", "Sigmoid", "Erf",
@@ -22,6 +24,8 @@ COMPUTE_OPS = frozenset({
     "LSTM", "GRU", "RNN", "Einsum", "Resize", "DequantizeLinear", "QuantizeLinear",
     "DynamicQuantizeLinear", "Softplus", "Mish", "Neg", "Abs", "Reciprocal", "Sin", "Cos",
 })
+# The torch front end's op types that compute like one of those (``frontend/torch/ops.py``).
+COMPUTE_OPS = COMPUTE_OPS | {t for t, onnx_op in ONNX_EQUIVALENT.items() if onnx_op in COMPUTE_OPS} | {ATTENTION}
 
 
 DERIVE_CONSTANTS = True
@@ -55,6 +59,7 @@ class Node:
     outputs: tuple[str, ...]
     attrs: tuple[tuple[str, object], ...] = ()   # plain-data attributes (tensors/graphs as markers)
     const_inputs: tuple[str, ...] = ()           # constant inputs (weights), for FLOP/byte counts
+    origin: str = ""   # where the model defines it, when the name does not say (torch: module path and line)
 
     def attr(self, name: str, default: object = None) -> object:
         return next((v for k, v in self.attrs if k == name), default)

@@ -56,6 +56,8 @@ class ModelSource:
     folded_nodes: int = 0   # nodes replaced by constants (static shape chains, constant branches)
     constants: tuple[tuple[str, np.ndarray], ...] = ()  # inputs baked in as constants
     index_ops: tuple[IndexOp, ...] = ()  # every op indexing with a tensor, and how it is kept in range
+    frontend: str = "onnx"
+    versions: tuple[tuple[str, str], ...] = ()   # front-end packages the core toolchain does not list
 
 
 def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,

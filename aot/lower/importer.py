@@ -1,13 +1,17 @@
-"""Import a loaded ONNX model to MLIR (torch dialect) in process, weights in one IRPA archive."""
+"""Import a loaded model to MLIR (torch dialect) in process, weights in one IRPA archive."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aot.errors import ImporterError
 from aot.frontend.load import ModelSource
+
+if TYPE_CHECKING:
+    from aot.frontend.torch.export import TorchSource
 
 PARAMS_SCOPE = "model"
 # Initializers with fewer elements stay inline (copied into each region that reads them): a
@@ -48,3 +52,20 @@ def import_model(source: ModelSource, params_path: Path) -> ImportedModule:
                                  "try iree-import-onnx on it to see the full error") from e
     os.replace(tmp, params_path)
     return ImportedModule(text, params_path, source.model.graph.name)
+
+
+def import_source(source: "ModelSource | TorchSource", params_path: Path) -> ImportedModule:
+    """The imported module of either front end. A torch source is MLIR already (turbine exported
+    it before partitioning); importing it only writes its weights to the shared archive."""
+    if source.frontend != "torch":
+        return import_model(source, params_path)
+    from aot.frontend.torch.export import FUNC_NAME, save_params
+
+    tmp = params_path.with_name(params_path.name + f".tmp{os.getpid()}.irpa")
+    try:
+        save_params(source, tmp)
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        raise ImporterError(f"could not write the weights of {source.name!r}: {type(e).__name__}: {e}") from e
+    os.replace(tmp, params_path)
+    return ImportedModule(source.mlir, params_path, FUNC_NAME)

@@ -16,6 +16,8 @@ from aot.partition.plan import Plan, boundaries
 
 # Ops that only materialise constants: copied into each region that needs them, never boundaries.
 _CONSTANT_OPS = ("util.global.load", "torch_c.from_builtin_tensor", "torch.constant.none")
+# The ops a graph node imports as: ONNX nodes as torch.operator, PyTorch's as ATen/prims ops.
+_NODE_OPS = ("torch.operator", "torch.aten.", "torch.prims.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +25,8 @@ class OutlinedRegion:
     name: str
     function: str
     mlir: str
-    inputs: tuple[str, ...]   # ONNX value names, in argument order
-    outputs: tuple[str, ...]  # ONNX value names, in result order
+    inputs: tuple[str, ...]   # graph-view value names, in argument order
+    outputs: tuple[str, ...]  # graph-view value names, in result order
 
 
 def outline(imported: ImportedModule, plan: Plan, view: GraphView) -> tuple[OutlinedRegion, ...]:
@@ -53,35 +55,42 @@ def _sym(op) -> str:
 
 
 class _FuncIndex:
-    """Maps ONNX node and value names onto the ops and SSA values of the imported function."""
+    """Maps graph-view node and value names onto the ops and SSA values of the imported function.
+
+    A node's ops carry its name as their location (the ONNX importer names ``torch.operator`` ops
+    after the ONNX node; the torch front end names each ATen op after its FX node and a tensor
+    list after the op that reads it). Ops that only compute from constants are copied, not cut."""
 
     def __init__(self, func, view: GraphView) -> None:
         block = func.regions[0].blocks[0]
         self.ops = list(block.operations)
         self.value: dict[str, object] = dict(zip(view.inputs, block.arguments))
-        self.node_op: dict[str, object] = {}
+        self.node_ops: dict[str, list] = {}
         self.producer: dict[object, object] = {}
         nodes = {n.name for n in view.nodes}
         self.constant: set[int] = set()   # ids of ops that compute from constants only
         for op in self.ops:
             for r in op.results:
                 self.producer[r] = op
-            name = _loc_name(op)
             if op.operation.name == "func.return":
                 continue
-            if not (op.operation.name == "torch.operator" and name in nodes) and all(
-                    id(self.producer.get(v)) in self.constant for v in op.operands):
-                self.constant.add(id(op))
+            name = _loc_name(op)
+            from_constants = all(id(self.producer.get(v)) in self.constant for v in op.operands)
+            primary = op.operation.name.startswith(_NODE_OPS) and not _is_constant(op)
+            if name not in nodes or not (primary or not from_constants):
+                if from_constants:
+                    self.constant.add(id(op))
                 continue
-            if op.operation.name == "torch.operator" and name in nodes and not _is_constant(op):
-                if name in self.node_op:
-                    raise OutlineError(f"node {name!r} imported as more than one op; cannot outline it")
-                self.node_op[name] = op
+            ops = self.node_ops.setdefault(name, [])
+            if primary and any(o.operation.name.startswith(_NODE_OPS) for o in ops):
+                raise OutlineError(f"node {name!r} imported as more than one op; cannot outline it")
+            ops.append(op)
+            if primary:
                 outs = view.node(name).outputs
                 if len(outs) > len(op.results):
                     raise OutlineError(f"node {name!r} has {len(outs)} outputs but its op has {len(op.results)}")
                 self.value.update(zip(outs, op.results))
-        if missing := nodes - self.node_op.keys():
+        if missing := nodes - self.node_ops.keys():
             raise OutlineError(f"{len(missing)} node(s) not found in the imported MLIR, e.g. {sorted(missing)[:3]}",
                                hint="the importer renamed or expanded them; report this model")
         self.has_nested = any(len(op.operation.regions) for op in self.ops)
@@ -115,14 +124,14 @@ def _outline_region(ix: _FuncIndex, module, func, name: str, inputs, outputs, no
     from iree.compiler import ir
     from iree.compiler.dialects import func as func_d
 
-    if ix.has_nested and len(nodes) != len(ix.node_op):
+    if ix.has_nested and len(nodes) != len(ix.node_ops):
         # Nested regions (If/Loop) capture outer values implicitly; cloning them op by op would
         # leave dangling references, so such models are built as one region for now.
         raise OutlineError("the model has control flow (If/Loop/Scan); it can only be built as one region",
                            hint="build it with --accel none")
-    selected = {id(ix.node_op[n]) for n in nodes}
+    selected = {id(op) for n in nodes for op in ix.node_ops[n]}
     args = [ix.value[v] for v in inputs]
-    needed = _constant_closure(ix, [ix.node_op[n] for n in nodes], set(args))
+    needed = _constant_closure(ix, [op for n in nodes for op in ix.node_ops[n]], set(args))
     body_ops = [op for op in ix.ops if id(op) in selected or id(op) in needed]
     globals_needed = {ir.FlatSymbolRefAttr(op.operation.attributes["global"]).value
                       for op in body_ops if op.operation.name == "util.global.load"}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from aot.frontend.graph import GraphView, Node
+from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.partition.support import ACCEL, HOST
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
@@ -56,23 +57,27 @@ def _numel(shape: tuple[int, ...] | None) -> int:
 
 
 def node_flops(node: Node, view: GraphView) -> int:
-    """Multiply-adds count as two FLOPs; elementwise ops as one per output element."""
+    """Multiply-adds count as two FLOPs; elementwise ops as one per output element. A torch op
+    counts as the ONNX op it computes like (``frontend/torch/ops.py``)."""
     out = view.values[node.outputs[0]].shape if node.outputs else None
     ins = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
     if out is None:
         return 0
-    if node.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") and len(ins) > 1 and ins[1]:
+    op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
+    if op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") and len(ins) > 1 and ins[1]:
         w = ins[1]  # [Cout, Cin/group, k...]: every output element costs Cin/group * prod(k) MACs
-        per = prod(w[1:]) if node.op_type != "ConvTranspose" else prod(w[2:]) * w[0] // max(w[1], 1)
+        per = prod(w[1:]) if op != "ConvTranspose" else prod(w[2:]) * w[0] // max(w[1], 1)
         return 2 * _numel(out) * per
-    if node.op_type in ("MatMul", "MatMulInteger", "QLinearMatMul", "Gemm") and ins and ins[0]:
-        k = ins[0][-1] if not (node.op_type == "Gemm" and node.attr("transA", 0)) else ins[0][0]
+    if op in ("MatMul", "MatMulInteger", "QLinearMatMul", "Gemm") and ins and ins[0]:
+        k = ins[0][-1] if not (op == "Gemm" and node.attr("transA", 0)) else ins[0][0]
         return 2 * _numel(out) * k
-    if node.op_type in ("MaxPool", "AveragePool"):
+    if op == ATTENTION and len(ins) > 1 and ins[1]:
+        return 4 * _numel(out) * ins[1][-2]   # Q·Kᵀ and P·V over S keys: 2·L·S·E each
+    if op in ("MaxPool", "AveragePool"):
         return _numel(out) * prod(node.attr("kernel_shape", (1,)))
-    if node.op_type in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
         return _numel(ins[0]) if ins else 0
-    if node.op_type in ("Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization"):
+    if op in ("Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization"):
         return 5 * _numel(out)
     return _numel(out) if node.is_compute else 0
 

@@ -40,18 +40,35 @@ _COMMON_HOST_OPS: Mapping[str, str] = {
     "RandomUniformLike": _RANDOM, "Multinomial": _RANDOM, "Bernoulli": _RANDOM,
 }
 
+# The same ops as the torch front end names them (``frontend/torch/ops.py``: ATen overload packets).
+_COMMON_HOST_TORCH_OPS: Mapping[str, str] = {
+    **{f"aten.{op}": _SELECTION for op in ("topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "msort")},
+    **{f"aten.{op}": _DATA_DEPENDENT for op in ("nonzero", "unique_consecutive", "_unique2", "unique_dim",
+                                                "masked_select", "nonzero_numpy")},
+    **{f"aten.{op}": _RANDOM for op in ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
+                                        "bernoulli", "multinomial", "normal", "uniform", "randperm")},
+}
+
 # Registry of host-only ops under dotted names, e.g. "vulkan-spirv.TopK" -> reason.
-HOST_ONLY: dict[str, str] = {f"{t}.{op}": r for t in ("vulkan-spirv", "cuda") for op, r in _COMMON_HOST_OPS.items()}
+HOST_ONLY: dict[str, str] = {f"{t}.{op}": r for t in ("vulkan-spirv", "cuda")
+                             for op, r in {**_COMMON_HOST_OPS, **_COMMON_HOST_TORCH_OPS}.items()}
 
 _RECURRENT = ("recurrent op: IREE lowers it to a loop over time steps that launches one small "
               "dispatch per step; the host runs it with less overhead")
-HOST_ONLY.update({f"vulkan-spirv.{op}": _RECURRENT for op in ("LSTM", "GRU", "RNN")})
+HOST_ONLY.update({f"vulkan-spirv.{op}": _RECURRENT
+                  for op in ("LSTM", "GRU", "RNN", "aten.lstm", "aten.gru", "aten.rnn_tanh", "aten.rnn_relu")})
+_BICUBIC = "bicubic resize gathers 16 taps per output through scalar loads on SPIR-V"
+HOST_ONLY["vulkan-spirv.aten.upsample_bicubic2d"] = _BICUBIC
+# A Vulkan build exports attention as matmuls (frontend/torch/attention.py); a source exported
+# for another target may still hold the fused op.
+HOST_ONLY["vulkan-spirv.aten.scaled_dot_product_attention"] = (
+    "IREE 3.13's SPIR-V pipeline cannot compile iree_linalg_ext.online_attention; export for Vulkan "
+    "writes attention as matmuls instead")
 
 # Attribute predicates: (op, attribute, values that send the node to the host, reason).
 ATTRIBUTE_RULES: dict[str, tuple[tuple[str, str, frozenset, str], ...]] = {
     "vulkan-spirv": (
-        ("Resize", "mode", frozenset({"cubic"}),
-         "bicubic resize gathers 16 taps per output through scalar loads on SPIR-V"),
+        ("Resize", "mode", frozenset({"cubic"}), _BICUBIC),
         ("Resize", "coordinate_transformation_mode", frozenset({"tf_crop_and_resize"}),
          "tf_crop_and_resize is not lowered by the ONNX importer for GPU targets"),
     ),
@@ -78,6 +95,10 @@ SPECIFIC_OPS: Mapping[str, str] = {
     **{op: "logical op" for op in ("And", "Or", "Xor", "Not")},
     **{op: "comparison op" for op in ("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN", "IsInf")},
     **{op: "shape op" for op in ("Shape", "Size")},
+    **{f"aten.{op}": "logical op" for op in ("logical_and", "logical_or", "logical_xor", "logical_not",
+                                             "bitwise_and", "bitwise_or", "bitwise_not")},
+    **{f"aten.{op}": "comparison op" for op in ("eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf")},
+    **{f"aten.{op}": "shape op" for op in ("size", "sym_size", "numel")},
 }
 
 

@@ -55,21 +55,36 @@ class ConstantInput:
         return cls(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]), freeze(d["value"]))
 
 
+FRONTENDS = ("onnx", "torch")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
     name: str
-    sha256: str               # of the source file
-    source: str               # its path at build time
-    opset: int
+    sha256: str               # of the source file (torch: of the exported MLIR)
+    source: str               # its path at build time (torch: the factory, ``pkg.module:factory``)
+    opset: int                # ONNX opset; 0 for a PyTorch module
     folded_nodes: int
+    frontend: str = "onnx"    # "onnx" or "torch": which reference the bundle's checks compare with
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "sha256": self.sha256, "source": self.source, "opset": self.opset,
-                "folded_nodes": self.folded_nodes}
+        d = {"name": self.name, "sha256": self.sha256, "source": self.source, "opset": self.opset,
+             "folded_nodes": self.folded_nodes}
+        # Written only for torch: an ONNX bundle's manifest reads the same as before the torch front end.
+        return d if self.frontend == "onnx" else {**d, "frontend": self.frontend}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ModelInfo":
-        return cls(str(d["name"]), str(d["sha256"]), str(d["source"]), int(d["opset"]), int(d["folded_nodes"]))
+        frontend = str(d.get("frontend", "onnx"))   # bundles from before the torch front end
+        if frontend not in FRONTENDS:
+            raise BundleError(f"manifest: unknown front end {frontend!r}", hint=f"expected one of {FRONTENDS}")
+        return cls(str(d["name"]), str(d["sha256"]), str(d["source"]), int(d["opset"]), int(d["folded_nodes"]),
+                   frontend)
+
+    @property
+    def reference(self) -> str:
+        """What the bundle's outputs were checked against."""
+        return "PyTorch eager" if self.frontend == "torch" else "onnxruntime"
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,7 +111,7 @@ def profile_bundle(bundle: str | Path, model: Path | None = None, runs: int = 20
         raise AotError(f"the bundle's source model {source} is gone",
                        hint="pass the model with --model to compare with onnxruntime")
     feeds = {**reference.random_inputs(manifest.inputs, seed=0), **reference.constant_inputs(manifest)}
-    values = {**verify.reference_values(onnx.load(str(source)), feeds), **feeds}
+    values = {**verify.onnx_values(onnx.load(str(source)), feeds), **feeds}
     with tempfile.TemporaryDirectory(prefix="aot-profile-") as tmp:
         regions = tuple(_profile_region(path, manifest, r, values, Path(tmp), runs) for r in manifest.regions)
     return Profile(manifest.model.name, regions, *_onnxruntime(source, feeds, runs))

@@ -1,0 +1,110 @@
+"""PyTorch models for the torch front end's tests, defined here with seeded weights (no downloads).
+
+Each factory returns a fresh module in eval mode with deterministic weights, so the CLI can build
+one by name: ``aot build tests.torch_models:resnet_like --example-input x=1x3x64x64``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# Example inputs per factory: (name, shape, dtype), as --example-input takes them.
+EXAMPLES = {
+    "resnet_like": (("x", (1, 3, 64, 64), "float32"),),
+    "encoder": (("tokens", (1, 16), "int64"),),
+    "sort_pool": (("x", (1, 3, 32, 32), "float32"),),
+}
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                     if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.down(x))
+
+
+class ResNetLike(nn.Module):
+    """A small ResNet classifier that returns its logits and the indices of the top 5 classes:
+    the top-k runs on the host (a selection op), the network on the accelerator."""
+
+    def __init__(self, classes: int = 100) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.layer1 = BasicBlock(32, 32, 1)
+        self.layer2 = BasicBlock(32, 64, 2)
+        self.layer3 = BasicBlock(64, 128, 2)
+        self.head = nn.Linear(128, classes)
+
+    def forward(self, x):
+        logits = self.head(self.layer3(self.layer2(self.layer1(self.stem(x)))).mean((2, 3)))
+        return logits, torch.topk(logits, 5).indices
+
+
+class Encoder(nn.Module):
+    """A two-layer transformer encoder: token embedding, multi-head attention, LayerNorm, GELU."""
+
+    def __init__(self, d: int = 64, heads: int = 4, layers: int = 2, vocab: int = 100, seq: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, tokens):
+        return self.norm(self.encoder(self.embed(tokens) + self.pos))
+
+
+class SortPool(nn.Module):
+    """Convolutional features, pooled by order statistics (each channel's 8 largest activations,
+    sorted), then an MLP: accelerator -> host (the sort) -> accelerator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+                                      nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU())
+        self.mlp = nn.Sequential(nn.Linear(32 * 8, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(),
+                                 nn.Linear(256, 10))
+
+    def forward(self, x):
+        f = self.features(x).flatten(2)
+        top = torch.sort(f, dim=-1, descending=True).values[:, :, :8]
+        return self.mlp(top.flatten(1))
+
+
+def _seeded(cls: type[nn.Module]) -> nn.Module:
+    torch.manual_seed(0)
+    model = cls().eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):   # running statistics that are not the identity
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def resnet_like() -> nn.Module:
+    return _seeded(ResNetLike)
+
+
+def encoder() -> nn.Module:
+    return _seeded(Encoder)
+
+
+def sort_pool() -> nn.Module:
+    return _seeded(SortPool)
+
+
+def example_inputs(name: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Inputs for a factory's model: normal floats, in-vocabulary token ids."""
+    gen = torch.Generator().manual_seed(seed)
+    return {n: (torch.randn(shape, generator=gen) if dtype == "float32"
+                else torch.randint(0, 100, shape, generator=gen)) for n, shape, dtype in EXAMPLES[name]}
