@@ -131,8 +131,12 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
         raise AotError(f"{str(build_dir)!r} is a bundle; `aot tune` needs the build directory that holds it",
                        hint="pass the directory given to `aot build -o` (it keeps the compile cache)")
     m = mf.read(bundle)
-    source = Path(m.model.source)
-    if not source.is_file():
+    torch_module = m.model.frontend == "torch"
+    source = m.model.source if torch_module else Path(m.model.source)
+    if torch_module and source.startswith("<"):
+        raise AotError(f"the bundle was built from a module object ({source}); `aot tune` needs its factory",
+                       hint="build it with aot.build_torch(..., tune=True), or from pkg.module:factory")
+    if not torch_module and not source.is_file():
         raise AotError(f"the bundle's source model {str(source)!r} is gone", hint="rebuild with `aot build --tune`")
     plan = Plan(tuple(Region(r.name, HOST if r.target.is_host else ACCEL, r.nodes) for r in m.regions),
                 m.schedule, m.host_reasons)
@@ -142,7 +146,8 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
     options = BuildOptions(
         accel=next((r.target for r in m.regions if not r.target.is_host), None),
         host=next((r.target for r in m.regions if r.target.is_host), Target.host()),
-        name=m.model.name, input_shapes=tuple((t.name, t.shape) for t in m.inputs),
+        name=m.model.name, input_shapes=() if torch_module else tuple((t.name, t.shape) for t in m.inputs),
+        example_inputs=tuple((t.name, t.shape, t.dtype) for t in m.inputs) if torch_module else (),
         constant_inputs=tuple((c.name, mf.thaw(c.value)) for c in m.constant_inputs),
         plan_file=plan_file, tune=True, tune_repeats=repeats, cluster=cluster)
-    return pipeline.build(source, build_dir, options, progress)
+    return build(source, build_dir, options, progress)

@@ -14,6 +14,7 @@ import copy
 import hashlib
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -82,11 +83,14 @@ def export(module: Any, example_args: Mapping[str, Any], *, path: str = "",
     # references them in the archive `save_params` writes instead of inlining their data.
     turbine.externalize_module_parameters(model, external_scope=PARAMS_SCOPE)
     try:
-        program = torch.export.export(model, tuple(args.values()))
-        table = dict(decompositions.current_aot_decompositions())
-        if attention_as_matmuls:
-            table[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_as_matmuls
-        program = program.run_decompositions(table)
+        with warnings.catch_warnings():
+            # torch 2.13's own export internals trip this deprecation; it says nothing about the model.
+            warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)", category=FutureWarning)
+            program = torch.export.export(model, tuple(args.values()))
+            table = dict(decompositions.current_aot_decompositions())
+            if attention_as_matmuls:
+                table[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_as_matmuls
+            program = program.run_decompositions(table)
     except Exception as e:
         raise ModelError(f"torch.export could not trace {name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
                          hint="the module must be traceable by torch.export with these example inputs "

@@ -1,0 +1,112 @@
+"""PyTorch modules built end to end: the torch-path bundle against eager PyTorch on the CPU and on
+lavapipe, against the same module's ONNX export built through the ONNX path, and through the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import aot
+import torch_models as tm
+from aot import runtime
+from conftest import ROOT
+
+pytestmark = pytest.mark.device
+ATOL = 1e-4
+# The devices each model's regions run on in a Vulkan build: the selection ops go to the host.
+VULKAN_TARGETS = {"resnet_like": ["vulkan-spirv", "llvm-cpu"], "encoder": ["vulkan-spirv"],
+                  "topk_pool": ["vulkan-spirv", "llvm-cpu", "vulkan-spirv"]}
+
+
+def _run(bundle, inputs: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    with runtime.load(bundle) as session:
+        return session.run({k: v.numpy() for k, v in inputs.items()})
+
+
+def _eager(name: str, inputs: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = getattr(tm, name)()(*inputs.values())
+    return [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
+
+
+def _max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    assert [x.shape for x in a] == [y.shape for y in b] and [x.dtype for x in a] == [y.dtype for y in b]
+    return max(float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="session")
+def torch_bundles(tmp_path_factory):
+    """Each model built for Vulkan and for the host only: {(name, accel): bundle path}."""
+    out = {}
+    for name in tm.EXAMPLES:
+        for accel in ("vulkan", "none"):
+            result = aot.build_torch(getattr(tm, name)(), tm.example_inputs(name),
+                                     tmp_path_factory.mktemp(f"{name}-{accel}"), accel=accel)
+            out[name, accel] = result.bundle.path
+    return out
+
+
+@pytest.mark.parametrize("accel", ["vulkan", "none"])
+@pytest.mark.parametrize("name", list(tm.EXAMPLES))
+def test_the_bundle_matches_eager_pytorch(name, accel, torch_bundles):
+    bundle = torch_bundles[name, accel]
+    manifest = runtime.manifest.read(bundle)
+    targets = [r.target.backend for r in manifest.regions]
+    assert targets == (VULKAN_TARGETS[name] if accel == "vulkan" else ["llvm-cpu"])
+    for seed in (1, 2):
+        x = tm.example_inputs(name, seed)
+        err = _max_abs(_run(bundle, x), _eager(name, x))
+        print(f"{name} {accel}: max abs error vs eager {err:.3g}")
+        assert err <= ATOL
+    assert manifest.model.frontend == "torch" and manifest.model.reference == "PyTorch eager"
+    assert {"torch", "iree-turbine"} <= dict(manifest.toolchain).keys()
+    if accel == "vulkan":
+        checked = manifest.verification.checked
+        assert checked and all(c.ok for c in checked) and not manifest.verification.moved_to_host
+
+
+@pytest.mark.parametrize("name", list(tm.EXAMPLES))
+def test_the_onnx_path_agrees_with_the_torch_path(name, torch_bundles, tmp_path):
+    x = tm.example_inputs(name, 3)
+    path = tmp_path / f"{name}.onnx"
+    tm.export_onnx(name, path, x)
+    onnx_bundle = aot.build(path, tmp_path / "onnx").bundle.path
+    onnx_targets = [r.target.backend for r in runtime.manifest.read(onnx_bundle).regions]
+    assert onnx_targets == VULKAN_TARGETS[name]
+    err = _max_abs(_run(onnx_bundle, x), _run(torch_bundles[name, "vulkan"], x))
+    print(f"{name}: ONNX-path vs torch-path bundle max abs difference {err:.3g}")
+    assert err <= ATOL
+
+
+def _aot(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aot.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+def test_the_cli_builds_a_factory_and_reports_torch_ops_per_region(tmp_path):
+    out = tmp_path / "resnet"
+    build = _aot("build", "tests.torch_models:resnet_like", "--example-input", "x=1x3x64x64", "--accel", "vulkan",
+                 "-o", str(out))
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert "export   ResNetLike:" in build.stderr
+    report = _aot("report", str(out))
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.splitlines()
+    host = next(i for i, line in enumerate(lines) if line.startswith("r1       llvm-cpu"))
+    assert lines[host + 1].split() == ["ops:", "aten.topk", "x1"]
+    assert any("aten.conv2d x9" in line for line in lines[:host])
+    assert "1 x vulkan-spirv.aten.topk: selection/sort op" in report.stdout
+    assert "PyTorch tests.torch_models:resnet_like (torch 2.13.0" in report.stdout
+    check = _aot("check", str(out))
+    assert check.returncode == 0 and "vs PyTorch eager" in check.stdout, check.stdout + check.stderr
+
+
+def test_a_factory_without_example_inputs_is_a_clear_error(tmp_path):
+    build = _aot("build", "tests.torch_models:encoder", "-o", str(tmp_path / "x"))
+    assert build.returncode == 1
+    assert "its input shapes are needed" in build.stderr and "--example-input" in build.stderr
+    assert not (tmp_path / "x" / "bundle").exists()
