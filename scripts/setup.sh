@@ -20,6 +20,18 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 else
   echo "setup: $VENV is up to date"
 fi
+# The torch extra must stay the CPU build: say which one is installed (reads metadata, imports nothing).
+"$VENV/bin/python" - <<'PY'
+import importlib.metadata as md
+try:
+    version = md.version("torch")
+except md.PackageNotFoundError:
+    print("setup: torch is not installed: PyTorch models cannot be built (pip install -e '.[torch]')")
+else:
+    cuda = sorted({d.metadata["Name"] for d in md.distributions() if (d.metadata["Name"] or "").startswith("nvidia-")})
+    print(f"setup: torch {version}" + (f" with {len(cuda)} CUDA packages ({', '.join(cuda[:3])}...)" if cuda
+                                       else " (CPU build: no CUDA packages)"))
+PY
 
 have_vulkan() {
   # no `grep -q` here: it closes the pipe early and pipefail would turn that into a failure
