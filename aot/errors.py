@@ -7,9 +7,9 @@ built from those fields so that the CLI can print ``ERROR: <message>`` and exit 
 from __future__ import annotations
 
 # The runtime's errors live in its package (a bundle ships a copy of it); the build raises the same classes.
-from aot.runtime.errors import AotError, BundleError, DeviceError, RuntimeInputError
+from aot.runtime.errors import AotError, BundleError, DeviceError, DeviceLostError, RuntimeInputError
 
-__all__ = ["AotError", "BundleError", "DeviceError", "RuntimeInputError", "ModelError", "ImporterError",
+__all__ = ["AotError", "BundleError", "DeviceError", "DeviceLostError", "RuntimeInputError", "ModelError", "ImporterError",
            "PartitionError", "OutlineError", "CompileError"]
 
 

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import aot
 from aot.frontend.graph import GraphView
@@ -27,6 +27,9 @@ from aot.runtime import manifest as mf
 from aot.runtime.manifest import (BoundaryTensor, ConstantInput, GraphNode, Manifest, ModelInfo, PartitionRecord,
                                   RegionEntry, TensorSig, Weights)
 from aot.workspace import publish
+
+if TYPE_CHECKING:
+    from aot.frontend.torch.export import TorchSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class Bundle:
     stub: Path
 
 
-def describe(source: ModelSource, view: GraphView, plan: Plan, partition: PartitionRecord,
+def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, partition: PartitionRecord,
              outlined: tuple[OutlinedRegion, ...], compiled: tuple[CompiledRegion, ...],
              estimates: Mapping[str, RegionEstimate], weights_sha256: str) -> Manifest:
     """The manifest of a compiled plan (pure: everything it states is handed in)."""

@@ -24,5 +24,13 @@ class DeviceError(AotError):
     """A device named by the bundle cannot be opened, or does not match what was compiled for."""
 
 
+class DeviceLostError(DeviceError):
+    """A device stopped answering during a run (VK_ERROR_DEVICE_LOST, DATA_LOSS from a fence)."""
+
+    def __init__(self, message: str, *, driver: str, hint: str = "") -> None:
+        self.driver = driver
+        super().__init__(message, hint=hint)
+
+
 class RuntimeInputError(AotError):
     """Inputs given to a bundle do not match its signature (name, dtype or shape)."""

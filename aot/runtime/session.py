@@ -13,12 +13,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import BundleError, DeviceError, RuntimeInputError
+from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import manifest as mf
 from .manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
+_LOST = ("VK_ERROR_DEVICE_LOST", "DATA_LOSS")   # how IREE reports a device that stopped answering
 
 
 def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True,
@@ -84,29 +85,57 @@ class Session:
         self._contexts: dict[str, Any] = {}
         self._modules: list[Any] = []
         self._invokers: dict[str, Any] = {}
-        params = None
+        self._params = None
         if manifest.weights is not None:
-            params = rt.ParameterIndex()
-            params.load(str(mf.safe_member(bundle, manifest.weights.path)))
-        by_driver: dict[str, list[RegionEntry]] = {}
+            self._params = rt.ParameterIndex()
+            self._params.load(str(mf.safe_member(bundle, manifest.weights.path)))
+        self._bundle = bundle
+        self._by_driver: dict[str, list[RegionEntry]] = {}
         for r in manifest.regions:
-            by_driver.setdefault(manifest.driver(r), []).append(r)
+            self._by_driver.setdefault(manifest.driver(r), []).append(r)
         self._driver_of = {r.name: manifest.driver(r) for r in manifest.regions}
+        self._modules_of: dict[str, list[Any]] = {}
         self.load_retries = 0
+        self.reopened = 0   # lavapipe devices lost during a run and opened again (see run)
         try:
-            for driver, regions in by_driver.items():
-                device, ctx, loaded = self._load_driver(rt, bundle, driver, regions, params, check_device)
-                self._devices[driver], self._contexts[driver] = device, ctx
-                self._modules += loaded
-                for r, m in zip(regions, loaded):
-                    fn = m.lookup_function(r.function)
-                    if fn is None:
-                        raise BundleError(f"module {r.module!r} has no function {r.function!r}")
-                    self._invokers[r.name] = rt.FunctionInvoker(ctx, device, fn)
+            for driver in self._by_driver:
+                self._open(rt, driver, check_device)
         except Exception:
             self.close()
             raise
         _LIVE.add(self)
+
+    def _open(self, rt: Any, driver: str, check_device: bool) -> None:
+        """Open ``driver``'s device, load its regions' modules and make their invokers."""
+        regions = self._by_driver[driver]
+        device, ctx, loaded = self._load_driver(rt, self._bundle, driver, regions, self._params, check_device)
+        self._devices[driver], self._contexts[driver] = device, ctx
+        self._modules_of[driver] = loaded
+        self._modules += loaded
+        for r, m in zip(regions, loaded):
+            fn = m.lookup_function(r.function)
+            if fn is None:
+                raise BundleError(f"module {r.module!r} has no function {r.function!r}")
+            self._invokers[r.name] = rt.FunctionInvoker(ctx, device, fn)
+
+    def _reopen(self, driver: str) -> None:
+        """Drop ``driver``'s invokers, context, modules and device (in that order), then open it anew."""
+        import iree.runtime as rt
+
+        for r in self._by_driver[driver]:
+            del self._invokers[r.name]
+        del self._contexts[driver]
+        stale = {id(m) for m in self._modules_of.pop(driver)}
+        self._modules = [m for m in self._modules if id(m) not in stale]
+        del self._devices[driver]
+        self._open(rt, driver, check_device=False)
+        self.reopened += 1
+
+    def _may_reopen(self, driver: str) -> bool:
+        """Only Mesa lavapipe's own device: a real GPU's loss is an error to report, and a shared
+        device belongs to other sessions too."""
+        return (driver == "vulkan" and self._shared is None
+                and all(r.target.arch == "llvmpipe" for r in self._by_driver[driver]))
 
     def _load_driver(self, rt: Any, bundle: Path, driver: str, regions: list[RegionEntry], params: Any,
                      check_device: bool) -> tuple[Any, Any, list[Any]]:
@@ -148,11 +177,25 @@ class Session:
         return self.run({**named, **kwargs})
 
     def run(self, inputs: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
-        """Run the schedule; intermediates stay on a device while the next region runs there."""
+        """Run the schedule; intermediates stay on a device while the next region runs there.
+
+        Mesa lavapipe loses its device now and then under CPU load (VK_ERROR_DEVICE_LOST from a
+        fence wait, seen about once in a full test run on 2 busy cores); a fresh device runs the
+        same call correctly. So a lavapipe device lost mid-run is opened again and the call runs
+        once more from its inputs; a second loss, or a loss on any other device, is raised."""
         if not self._invokers:
             raise BundleError("this session is closed")
         checked = check_inputs(self._inputs, inputs)
         check_index_inputs(self._checked_indices, checked)
+        try:
+            return self._run_schedule(checked)
+        except DeviceLostError as lost:
+            if not self._may_reopen(lost.driver):
+                raise
+            self._reopen(lost.driver)
+        return self._run_schedule(checked)
+
+    def _run_schedule(self, checked: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         values: dict[str, tuple[str | None, Any]] = {name: (None, arr) for name, arr in checked.items()}
         try:
             for name in self._schedule:
@@ -182,9 +225,11 @@ class Session:
         try:
             results = self._invokers[name](*args)
         except (ValueError, RuntimeError) as e:
-            raise DeviceError(f"region {name!r} failed on {driver!r}: {str(e).splitlines()[0]}",
-                              hint="run `aot check` on the bundle; rebuild with --accel none to rule out "
-                                   "the accelerator") from None
+            message = f"region {name!r} failed on {driver!r}: {str(e).splitlines()[0]}"
+            hint = "run `aot check` on the bundle; rebuild with --accel none to rule out the accelerator"
+            if any(sign in str(e) for sign in _LOST):
+                raise DeviceLostError(message, driver=driver, hint=hint) from None
+            raise DeviceError(message, hint=hint) from None
         finally:
             args.clear()
         if not isinstance(results, (tuple, list)):
