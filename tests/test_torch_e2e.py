@@ -110,3 +110,13 @@ def test_a_factory_without_example_inputs_is_a_clear_error(tmp_path):
     assert build.returncode == 1
     assert "its input shapes are needed" in build.stderr and "--example-input" in build.stderr
     assert not (tmp_path / "x" / "bundle").exists()
+
+
+def test_cuda_builds_keep_fused_attention_and_compile_without_a_gpu(tmp_path):
+    """No GPU here: the CUDA modules compile (nothing falls back) and are checked on a GPU machine."""
+    result = aot.build_torch(tm.encoder(), tm.example_inputs("encoder"), tmp_path, accel="cuda",
+                             host=aot.Target.host("x86-64-v3"))
+    regions = result.bundle.manifest.regions
+    assert [(r.target.backend, r.fallback) for r in regions] == [("cuda", None)]
+    ops = {g.op for g in result.bundle.manifest.graph}
+    assert "aten.scaled_dot_product_attention" in ops and "aten.matmul" not in ops
