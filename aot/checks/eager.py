@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from aot.errors import BundleError
+
 
 def values(program: Any, inputs: dict[str, np.ndarray],
            renamed: tuple[tuple[str, str], ...] = ()) -> dict[str, np.ndarray]:
@@ -46,7 +48,8 @@ def outputs(module: Any, inputs: dict[str, np.ndarray], names: list[str]) -> lis
         out = module(*[torch.from_numpy(np.ascontiguousarray(v)) for v in inputs.values()])
     flat = list(out) if isinstance(out, (tuple, list)) else [out]
     if len(flat) != len(names):
-        raise ValueError(f"the module returned {len(flat)} outputs, the bundle has {len(names)}")
+        raise BundleError(f"the module returned {len(flat)} outputs, the bundle has {len(names)}",
+                          hint="give the factory the bundle was built from")
     return [_numpy(t) for t in flat]
 
 

@@ -77,7 +77,10 @@ class _FuncIndex:
             name = _loc_name(op)
             from_constants = all(id(self.producer.get(v)) in self.constant for v in op.operands)
             primary = op.operation.name.startswith(_NODE_OPS) and not _is_constant(op)
-            if name not in nodes or not (primary or not from_constants):
+            # A node's own op, or a helper of it that reads tensors (a tensor list); a helper that
+            # reads constants only (the ONNX importer's ``torch.constant.none``) is a constant.
+            belongs = name in nodes and (primary or not from_constants)
+            if not belongs:
                 if from_constants:
                     self.constant.add(id(op))
                 continue
