@@ -39,7 +39,7 @@ def resolve(model: str | Path, options: BuildOptions = BuildOptions()) -> tuple[
 
 def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Load and partition without compiling (`aot plan`)."""
-    if _is_torch(model):
+    if is_torch(model):
         return pipeline.plan_torch(export_factory(str(model), options), options, suggest=suggest)
     path, options = resolve(model, options)
     return pipeline.plan_model(path, options, suggest=suggest)
@@ -48,7 +48,7 @@ def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: 
 def build(model: str | Path, out_dir: str | Path, options: BuildOptions = BuildOptions(),
           progress: Progress = lambda s: None) -> BuildResult:
     """Build ``model`` into ``out_dir/bundle`` (`aot build`)."""
-    if _is_torch(model):
+    if is_torch(model):
         return pipeline.build_torch(export_factory(str(model), options, progress), Path(out_dir), options, progress)
     path, options = resolve(model, options)
     return pipeline.build(path, Path(out_dir), options, progress)
@@ -89,7 +89,8 @@ def _vulkan(options: BuildOptions) -> bool:
     return options.accel is not None and options.accel.backend == "vulkan-spirv"
 
 
-def _is_torch(model: str | Path) -> bool:
+def is_torch(model: str | Path) -> bool:
+    """Does ``model`` name a PyTorch factory (``pkg.module:factory``) rather than a file or zoo entry?"""
     from aot.frontend.torch import factory
 
     return isinstance(model, str) and factory.is_factory(model)

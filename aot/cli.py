@@ -296,6 +296,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.model is None:
         return _corpus_bench(args)
+    if api.is_torch(args.model):
+        raise AotError(f"aot bench compares a bundle with onnxruntime on the same ONNX model; {args.model!r} is "
+                       "a PyTorch factory", hint="export it with torch.onnx.export and bench that file")
     model, options = api.resolve(args.model, _build_options(args))
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
     print(bench.run(model, out, options, iterations=args.iterations or 50).text())

@@ -120,3 +120,14 @@ def test_cuda_builds_keep_fused_attention_and_compile_without_a_gpu(tmp_path):
     assert [(r.target.backend, r.fallback) for r in regions] == [("cuda", None)]
     ops = {g.op for g in result.bundle.manifest.graph}
     assert "aten.scaled_dot_product_attention" in ops and "aten.matmul" not in ops
+
+
+def test_bench_and_profile_say_they_need_an_onnx_model(torch_bundles):
+    from aot.errors import AotError
+    from aot.tools import profile
+
+    with pytest.raises(AotError, match="built from PyTorch and has no ONNX model") as e:
+        profile.profile_bundle(torch_bundles["encoder", "none"])
+    assert "torch.onnx.export" in e.value.hint
+    bench = _aot("bench", "tests.torch_models:encoder")
+    assert bench.returncode == 1 and "is a PyTorch factory" in bench.stderr

@@ -106,6 +106,10 @@ def by_kind(dispatches: tuple[DispatchTime, ...]) -> tuple[tuple[str, float], ..
 def profile_bundle(bundle: str | Path, model: Path | None = None, runs: int = 20) -> Profile:
     path = mf.bundle_dir(bundle)
     manifest = mf.read(path)
+    if manifest.model.frontend != "onnx":
+        raise AotError(f"aot profile times regions on their intermediates and beside onnxruntime; "
+                       f"{manifest.model.name!r} was built from PyTorch and has no ONNX model to do either",
+                       hint="export the module with torch.onnx.export and build that to profile it")
     source = model or Path(manifest.model.source)
     if not source.is_file():
         raise AotError(f"the bundle's source model {source} is gone",

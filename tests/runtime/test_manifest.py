@@ -98,3 +98,16 @@ def test_tuning_and_host_runtime_round_trip_and_pick_the_driver():
     data["host_runtime"]["driver"] = "vulkan"  # only CPU drivers can run llvm-cpu code
     with pytest.raises(ValueError, match="host_runtime driver 'vulkan'"):
         Manifest.from_json(data)
+
+
+def test_the_front_end_round_trips_and_an_onnx_manifest_reads_as_before():
+    onnx_json = small_manifest().to_json()
+    assert "frontend" not in onnx_json["model"]   # unchanged bytes for every ONNX bundle
+    torch_model = dataclasses.replace(small_manifest().model, frontend="torch", opset=0)
+    data = dataclasses.replace(small_manifest(), model=torch_model).to_json()
+    again = Manifest.from_json(json.loads(json.dumps(data)))
+    assert again.model.frontend == "torch" and again.model.reference == "PyTorch eager"
+    assert Manifest.from_json(onnx_json).model.reference == "onnxruntime"
+    data["model"]["frontend"] = "tensorflow"
+    with pytest.raises(BundleError, match="unknown front end 'tensorflow'"):
+        Manifest.from_json(data)
