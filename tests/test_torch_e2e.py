@@ -131,3 +131,16 @@ def test_bench_and_profile_say_they_need_an_onnx_model(torch_bundles):
     assert "torch.onnx.export" in e.value.hint
     bench = _aot("bench", "tests.torch_models:encoder")
     assert bench.returncode == 1 and "is a PyTorch factory" in bench.stderr
+
+
+def test_literals_are_copied_into_every_region_that_reads_them(tmp_path):
+    x = {"x": torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))}
+    # Gate off and one compute node per region: the partition is forced, so the literal crosses.
+    result = aot.build_torch(tm.literals(), x, tmp_path, accel="vulkan", gate=False, min_compute=1)
+    regions = result.bundle.manifest.regions
+    assert [r.target.backend for r in regions] == ["vulkan-spirv", "llvm-cpu", "vulkan-spirv"]
+    sources = {r.name: (tmp_path / "build" / "regions" / "built" / f"{r.name}.mlir").read_text() for r in regions}
+    assert [s.count("torch.vtensor.literal") > 0 for s in sources.values()] == [True, False, True]
+    with torch.no_grad():
+        want = tm.literals()(*x.values()).numpy()
+    assert _max_abs(_run(result.bundle.path, x), [want]) <= ATOL

@@ -82,6 +82,23 @@ class TopKPool(nn.Module):
         return self.mlp(torch.cat([top.flatten(1), f.mean(-1)], 1))
 
 
+class Literals(nn.Module):
+    """Tensors that are not parameters (a non-persistent buffer, an inline constant) read on both
+    sides of a host op: the outliner must copy each literal into every region that reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.register_buffer("ramp", torch.linspace(-1, 1, 64), persistent=False)
+        self.fc1 = nn.Linear(16 * 8, 32)
+        self.fc2 = nn.Linear(32, 32)
+
+    def forward(self, x):
+        f = torch.relu(self.conv(x)).flatten(2) * self.ramp
+        top = torch.topk(f, 8, dim=-1).values
+        return self.fc2(torch.relu(self.fc1(top.flatten(1)))) + self.ramp[:32] * torch.tensor(0.5)
+
+
 def _seeded(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     model = cls().eval()
@@ -102,6 +119,10 @@ def encoder() -> nn.Module:
 
 def topk_pool() -> nn.Module:
     return _seeded(TopKPool)
+
+
+def literals() -> nn.Module:
+    return _seeded(Literals)
 
 
 def example_inputs(name: str, seed: int = 0) -> dict[str, torch.Tensor]:
