@@ -62,8 +62,8 @@ def build_torch(module: Any, example_args: Mapping[str, Any] | tuple, out_dir: s
     (``accel="vulkan"`` or ``"none"`` as on the command line)."""
     from aot.frontend.torch.export import export
 
-    if isinstance(settings.get("accel"), str) or settings.get("accel", 0) is None:
-        settings["accel"] = Target.accelerator(settings["accel"] or "none")
+    if isinstance(settings.get("accel"), str):
+        settings["accel"] = Target.accelerator(settings["accel"])
     options = dataclasses.replace(options, **settings)
     if not isinstance(example_args, Mapping):
         example_args = dict(zip(_forward_arguments(module), example_args))

@@ -59,15 +59,14 @@ def verify_regions(bundle: Path, manifest: Manifest, reference: dict[str, np.nda
         # Its initializers never ran through: no region of the bundle can be trusted on the device.
         return tuple(RegionCheck(r.name, False, None, _describe(e)) for r in accel)
     checks = []
-    ref = reference
     with session:
         for r in accel:
             try:
-                outs = session.run_region(r.name, [ref[v] for v in r.inputs])
+                outs = session.run_region(r.name, [reference[v] for v in r.inputs])
             except Exception as e:  # a region that cannot run is as untrustworthy as a wrong one
                 checks.append(RegionCheck(r.name, False, None, _describe(e)))
                 continue
-            results = [within(a, ref[v], rtol) for a, v in zip(outs, r.outputs)]
+            results = [within(a, reference[v], rtol) for a, v in zip(outs, r.outputs)]
             diffs = [d for _, d in results]
             finite = all(np.isfinite(d) for d in diffs)
             worst = max(diffs, default=0.0) if finite else None

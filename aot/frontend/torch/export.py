@@ -103,7 +103,7 @@ def export(module: Any, example_args: Mapping[str, Any], *, path: str = "",
         exported = turbine.export(program, function_name=FUNC_NAME)
         renamed = tuple((n, f"output_{i}") for i, n in enumerate(program.graph_signature.user_outputs))
         mlir, nodes = _located(exported.mlir_module, program, dict(renamed))
-    except ModelError:
+    except (ModelError, ImporterError):   # ours, already naming what is wrong
         raise
     except Exception as e:
         raise ImporterError(f"iree-turbine could not import {name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
