@@ -41,8 +41,10 @@ def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: 
     """Load and partition without compiling (`aot plan`)."""
     if is_torch(model):
         return pipeline.plan_torch(export_factory(str(model), options), options, suggest=suggest)
+    from aot.buckets.dims import smallest_bucket
+
     path, options = resolve(model, options)
-    return pipeline.plan_model(path, options, suggest=suggest)
+    return pipeline.plan_model(path, smallest_bucket(path, options), suggest=suggest)
 
 
 def build(model: str | Path, out_dir: str | Path, options: BuildOptions = BuildOptions(),
@@ -50,8 +52,10 @@ def build(model: str | Path, out_dir: str | Path, options: BuildOptions = BuildO
     """Build ``model`` into ``out_dir/bundle`` (`aot build`)."""
     if is_torch(model):
         return pipeline.build_torch(export_factory(str(model), options, progress), Path(out_dir), options, progress)
+    from aot import buckets
+
     path, options = resolve(model, options)
-    return pipeline.build(path, Path(out_dir), options, progress)
+    return buckets.build(path, Path(out_dir), options, progress)
 
 
 def build_torch(module: Any, example_args: Mapping[str, Any] | tuple, out_dir: str | Path,
@@ -132,6 +136,9 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
         raise AotError(f"{str(build_dir)!r} is a bundle; `aot tune` needs the build directory that holds it",
                        hint="pass the directory given to `aot build -o` (it keeps the compile cache)")
     m = mf.read(bundle)
+    if m.shapes is not None:
+        raise AotError(f"{str(bundle)!r} holds {len(m.shapes.buckets)} shape buckets; `aot tune` retunes a "
+                       "static bundle", hint="build it again with `aot build --tune` (each bucket is tuned)")
     torch_module = m.model.frontend == "torch"
     source = m.model.source if torch_module else Path(m.model.source)
     if torch_module and source.startswith("<"):

@@ -121,6 +121,15 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-cpu", default=D.host.arch,
                    help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    p.add_argument("--batch-buckets", default=D.batch_buckets, metavar="LADDER",
+                   help="sizes a symbolic batch dimension is compiled at (1,2,4,8 | ratio:MAX:1.0,0.5 | "
+                        f"linear:MAX:N | @observed.txt[*0.8]); default {D.batch_buckets}")
+    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=LADDER",
+                   help="sizes of another symbolic dimension (its name in the model, or INPUT.AXIS when unnamed)")
+    p.add_argument("--pad-value", action="append", default=[], metavar="INPUT=VALUE",
+                   help="what padding up to a bucket fills INPUT with (default 0)")
+    p.add_argument("--accept-padding", action="append", default=[], metavar="SYMBOL=MAX_ABS_DIFF",
+                   help="keep a ladder whose padding changes results by up to this much (measured per bucket)")
     p.add_argument("--example-input", action="append", default=[], metavar="NAME=1x3x224x224[:DTYPE]",
                    help="a PyTorch model (MODEL given as pkg.module:factory or file.py:factory): one per "
                         "forward argument, in order; the module is exported for these static shapes")
@@ -174,7 +183,8 @@ def _add_tune_options(p: argparse.ArgumentParser) -> None:
 
 def _build_options(args: argparse.Namespace):
     """BuildOptions from the command line; the accelerator target is parsed here, once."""
-    from aot.options import BuildOptions, parse_constant, parse_example_input, parse_shape
+    from aot.options import (BuildOptions, parse_constant, parse_example_input, parse_number, parse_pair,
+                             parse_shape)
     from aot.partition.support import Overrides, split_names
 
     accel = Target.accelerator(args.accel)
@@ -193,7 +203,11 @@ def _build_options(args: argparse.Namespace):
         overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
                             split_names(args.host_nodes), split_names(args.accel_nodes)),
         plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name,
-        tune=args.tune, tune_repeats=args.tune_repeats, cluster=args.cluster, index_guards=args.index_guards)
+        tune=args.tune, tune_repeats=args.tune_repeats, cluster=args.cluster, index_guards=args.index_guards,
+        batch_buckets=args.batch_buckets,
+        dim_ladders=tuple(parse_pair(d, "--dim", "SYMBOL=1,2,4") for d in args.dim),
+        pad_values=tuple(parse_number(v, "--pad-value", "INPUT=0") for v in args.pad_value),
+        padding_tolerances=tuple(parse_number(v, "--accept-padding", "SYMBOL=0.01") for v in args.accept_padding))
 
 
 def _cmd_build(args: argparse.Namespace) -> int:

@@ -31,6 +31,11 @@ class BuildOptions:
     example_inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # a torch module's: (name, shape, dtype)
     constant_inputs: tuple[tuple[str, Any], ...] = ()  # (input name, number or nested list) baked in
     index_guards: bool = True                # guard indices computed in the graph (frontend/indices.py)
+    # Shape buckets (aot/buckets): symbolic dimensions compiled at a ladder of sizes
+    batch_buckets: str = "1"                 # the ladder of every batch-like dimension (buckets/ladder.py forms)
+    dim_ladders: tuple[tuple[str, str], ...] = ()       # (symbol, ladder): other dimensions (or the batch's)
+    pad_values: tuple[tuple[str, float], ...] = ()      # (input, value) padding fills with; default 0
+    padding_tolerances: tuple[tuple[str, float], ...] = ()  # (symbol, max abs diff) accepted from padding
     # Partitioning
     min_compute: int = 2                     # accelerator regions with fewer compute nodes go to the host
     policy: str = "greedy"                   # a registered policy (partition/policies.py): greedy, depth
@@ -83,6 +88,22 @@ def parse_constant(text: str) -> tuple[str, np.ndarray]:
         raise ModelError(f"bad --const-input {text!r}: {value!r} is not a number list",
                          hint="write it as NAME=16000, NAME=0,2 or NAME=@values.npy") from None
     return name, np.array(parts[0] if len(parts) == 1 and "," not in value else parts)
+
+
+def parse_pair(text: str, flag: str, form: str) -> tuple[str, str]:
+    """``NAME=VALUE`` as the repeated flags take it (the name may hold '='; the value may not)."""
+    name, sep, value = text.rpartition("=")
+    if not sep or not name or not value:
+        raise ModelError(f"bad {flag} {text!r}", hint=f"write it as {form}")
+    return name, value
+
+
+def parse_number(text: str, flag: str, form: str) -> tuple[str, float]:
+    name, value = parse_pair(text, flag, form)
+    try:
+        return name, float(value)
+    except ValueError:
+        raise ModelError(f"bad {flag} {text!r}: {value!r} is not a number", hint=f"write it as {form}") from None
 
 
 def parse_example_input(text: str) -> tuple[str, tuple[int, ...], str]:

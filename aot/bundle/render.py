@@ -49,5 +49,6 @@ def dtype_name(dtype: str) -> Encoded:
 
 
 def shape_text(shape) -> Encoded:
-    """``[1, 3, 64, 64]``: a shape for docs and comments."""
-    return Encoded("[" + ", ".join(str(int(d)) for d in shape) + "]")
+    """``[1, 3, 64, 64]`` or ``[N, 3, 64, 64]``: a shape for docs and comments (a symbol's name is
+    the model's, shown in the display-only form no comment or docstring can be ended by)."""
+    return Encoded("[" + ", ".join(names.py_doc(d, 20) if isinstance(d, str) else str(int(d)) for d in shape) + "]")

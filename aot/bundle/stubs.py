@@ -34,13 +34,13 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
     model = manifest.model.name
     taken: set[str] = set()
 
-    def io(entries: tuple[TensorSig, ...]) -> list[dict[str, Encoded]]:
+    def io(entries: tuple[TensorSig, ...], side: str) -> list[dict[str, Encoded]]:
         return [{"ident": Encoded(names.py_identifier(e.name, taken)), "literal": Encoded(names.py_str(e.name)),
-                 "doc": Encoded(names.py_doc(e.name)), "dtype": dtype_name(e.dtype), "shape": shape_text(e.shape)}
-                for e in entries]
+                 "doc": Encoded(names.py_doc(e.name)), "dtype": dtype_name(e.dtype),
+                 "shape": shape_text(_declared(manifest, e, side))} for e in entries]
 
-    inputs = io(manifest.inputs)
-    outputs = io(manifest.outputs)
+    inputs = io(manifest.inputs, "inputs")
+    outputs = io(manifest.outputs, "outputs")
     module = names.py_module_name(model)
     source = environment().get_template("python/stub.py.j2").render(
         aot_version=dict(manifest.toolchain)["aot"], model_name=model, model_sha256=manifest.model.sha256,
@@ -50,6 +50,17 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
         inputs=inputs, outputs=outputs)
     ast.parse(source)  # a generated file that does not parse is our bug: fail the build, not the user
     return f"{module}.py", source
+
+
+def _declared(manifest: Manifest, sig: TensorSig, side: str) -> tuple[int | str, ...]:
+    """A tensor's shape with each bucketed axis shown as its dimension's name (``side``: the
+    dimension's "inputs" or "outputs" axes)."""
+    shape: list[int | str] = list(sig.shape)
+    for d in manifest.shapes.dims if manifest.shapes else ():
+        for a in getattr(d, side):
+            if a.tensor == sig.name:
+                shape[a.axis] = d.symbol
+    return tuple(shape)
 
 
 def write_stubs(manifest: Manifest, bundle: Path) -> Path:

@@ -92,8 +92,8 @@ def stage(staging: Path, compiled: tuple[CompiledRegion, ...], weights: Path) ->
     """Put the modules and the weights where the manifest says they are."""
     (staging / "modules").mkdir()
     for c in compiled:
-        _link_or_copy(c.vmfb, staging / "modules" / f"{c.region}.vmfb")
-    _link_or_copy(weights, staging / "weights.irpa")
+        link_or_copy(c.vmfb, staging / "modules" / f"{c.region}.vmfb")
+    link_or_copy(weights, staging / "weights.irpa")
 
 
 def publish_bundle(staged: Staged, target: Path) -> Bundle:
@@ -113,7 +113,7 @@ def _sig(spec: TensorSpec) -> TensorSig:
     return TensorSig(spec.name, spec.dtype, spec.shape)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: Path, dst: Path) -> None:
     # Hard links keep cached modules and the bundle from doubling disk use; cross-device falls back.
     try:
         os.link(src, dst)

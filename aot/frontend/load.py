@@ -128,8 +128,8 @@ def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
         array = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
         dims = t.shape.dim if t.HasField("shape") else None
         if dims is not None and (len(dims) != array.ndim or any(
-                _fixed(d) and d.dim_value != s for d, s in zip(dims, array.shape))):
-            declared = "x".join(str(d.dim_value) if _fixed(d) else "?" for d in dims) or "scalar"
+                is_fixed(d) and d.dim_value != s for d, s in zip(dims, array.shape))):
+            declared = "x".join(str(d.dim_value) if is_fixed(d) else "?" for d in dims) or "scalar"
             raise ModelError(f"--const-input {name}: shape {list(array.shape)} does not fit the input's "
                              f"declared shape [{declared}]")
         model.graph.input.remove(inputs[name])
@@ -153,6 +153,14 @@ def _simplify(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, int]
     simplified = run_to_fixpoint(model, (fold_constants, inline_constant_ifs), after_change=recheck,
                                  max_rounds=_MAX_ROUNDS)
     return prune(simplified.model).model, simplified.changed
+
+
+def read_model(path: Path) -> onnx.ModelProto:
+    """The model as stored, checked only as far as reading it safely needs (its inputs' declared
+    shapes are what ``frontend.symbols`` reads)."""
+    model = _parse(_read(path), path)
+    _preflight(model, path)
+    return model
 
 
 def _read(path: Path) -> bytes:
@@ -283,11 +291,11 @@ def _pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
                 if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
                     raise ModelError(f"--input-shape {name}: dim {dim.dim_value} is fixed by the model, {size} given")
                 dim.dim_value = size
-        elif not value.type.tensor_type.HasField("shape") or any(not _fixed(d) for d in dims):
-            shown = "x".join(str(d.dim_value) if _fixed(d) else (d.dim_param or "?") for d in dims)
+        elif not value.type.tensor_type.HasField("shape") or any(not is_fixed(d) for d in dims):
+            shown = "x".join(str(d.dim_value) if is_fixed(d) else (d.dim_param or "?") for d in dims)
             raise ModelError(f"input {name!r} has a dynamic shape [{shown}]; aot compiles static shapes",
                              hint=f"pass --input-shape {name}=" + "x".join(
-                                 str(d.dim_value) if _fixed(d) else "1" for d in dims))
+                                 str(d.dim_value) if is_fixed(d) else "1" for d in dims))
 
 
 def _forget_placeholder_dims(model: onnx.ModelProto) -> None:
@@ -299,7 +307,7 @@ def _forget_placeholder_dims(model: onnx.ModelProto) -> None:
                 dim.Clear()
 
 
-def _fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
+def is_fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
     # Some exporters write -1 for "any size"; only a positive dim_value is a fixed size.
     return dim.HasField("dim_value") and dim.dim_value > 0
 

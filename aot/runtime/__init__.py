@@ -6,7 +6,10 @@ generated stub runs where just iree-base-runtime and numpy are installed.
 """
 
 from . import errors
+from .batching import Batcher
+from .bucketed import BucketedSession
 from .registry import Registry
-from .session import LOAD_ATTEMPTS, Devices, Session, check_inputs, load
+from .loading import load
+from .session import LOAD_ATTEMPTS, Devices, Session, check_inputs
 
-__all__ = ["LOAD_ATTEMPTS", "Devices", "Registry", "Session", "check_inputs", "errors", "load"]
+__all__ = ["LOAD_ATTEMPTS", "Batcher", "BucketedSession", "Devices", "Registry", "Session", "check_inputs", "errors", "load"]

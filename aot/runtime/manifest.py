@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from .errors import BundleError
+from .shapes import Bucket, Shapes
 from .target import Target
 
 SCHEMA_VERSION = 1
@@ -411,6 +412,7 @@ class Manifest:
     verification: Verification | None = None
     host_runtime: HostRuntime | None = None      # None: local-task with IREE's default topology
     index_ops: tuple[IndexOp, ...] = ()
+    shapes: Shapes | None = None                 # symbolic dimensions and their buckets (runtime/shapes.py)
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
@@ -457,6 +459,8 @@ class Manifest:
             d["host_runtime"] = self.host_runtime.to_json()
         if self.index_ops:
             d["index_ops"] = [i.to_json() for i in self.index_ops]
+        if self.shapes is not None:
+            d["shapes"] = self.shapes.to_json()
         return d
 
     @classmethod
@@ -484,6 +488,7 @@ class Manifest:
             _optional(Verification.from_json, d.get("verification")),
             _optional(HostRuntime.from_json, d.get("host_runtime")),
             tuple(map(IndexOp.from_json, d.get("index_ops", []))),
+            _optional(Shapes.from_json, d.get("shapes")),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")
@@ -501,13 +506,16 @@ class Manifest:
                                   "in the manifest (corrupt or replaced)", hint="rebuild the bundle")
         if self.weights is not None and not safe_member(bundle, self.weights.path).is_file():
             raise BundleError(f"bundle {str(bundle)!r} lacks its weights {self.weights.path!r}", hint="rebuild it")
+        for bucket in self.shapes.buckets[1:] if self.shapes else ():
+            read_bucket(bundle, bucket)
 
-    def write(self, bundle: Path) -> None:
-        """Write ``bundle/manifest.json`` atomically (a reader never sees half a manifest)."""
-        path = Path(bundle) / MANIFEST
+    def write(self, bundle: Path, name: str = MANIFEST) -> Path:
+        """Write ``bundle/manifest.json`` (or another ``name``) atomically: a reader never sees half a manifest."""
+        path = Path(bundle) / name
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=True) + "\n")
         os.replace(tmp, path)
+        return path
 
 
 def bundle_dir(path: str | Path) -> Path:
@@ -520,25 +528,44 @@ def bundle_dir(path: str | Path) -> Path:
 
 
 def read(bundle: str | Path) -> Manifest:
-    """Load and check a bundle's manifest: schema, fields, files present, hashes match."""
+    """Load and check a bundle's manifest: schema, fields, files present, hashes match (each
+    bucket's manifest and modules too)."""
     bundle = bundle_dir(bundle)
     path = bundle / MANIFEST
+    if not path.exists():
+        raise BundleError(f"{str(bundle)!r} is not a bundle: no {MANIFEST}",
+                          hint="point at the directory given to `aot build -o`, or its bundle/")
+    manifest = _parse_file(path)
+    manifest.validate(bundle)
+    return manifest
+
+
+def read_bucket(bundle: Path, bucket: Bucket) -> Manifest:
+    """The manifest of one bucket's region modules, checked like the bundle's own."""
+    path = safe_member(bundle, bucket.manifest)
+    if not path.is_file():
+        raise BundleError(f"bundle {str(bundle)!r} lacks {bucket.manifest!r}, the manifest of bucket {bucket.label}",
+                          hint="the bundle is incomplete; rebuild it")
+    if file_sha256(path) != bucket.sha256:
+        raise BundleError(f"{bucket.manifest!r} (bucket {bucket.label}) does not match its sha256 in the manifest "
+                          "(corrupt or replaced)", hint="rebuild the bundle")
+    manifest = _parse_file(path)
+    manifest.validate(bundle)
+    return manifest
+
+
+def _parse_file(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise BundleError(f"{str(bundle)!r} is not a bundle: no {MANIFEST}",
-                          hint="point at the directory given to `aot build -o`, or its bundle/") from e
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BundleError(f"{str(path)!r} is corrupt: {e}", hint="rebuild the bundle with `aot build`") from e
     try:
-        manifest = Manifest.from_json(data)
+        return Manifest.from_json(data)
     except BundleError as e:
         raise BundleError(f"{str(path)!r}: {e.message}", hint=e.hint) from e
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise BundleError(f"{str(path)!r} is malformed: {type(e).__name__}: {e}",
                           hint="rebuild the bundle with `aot build`") from e
-    manifest.validate(bundle)
-    return manifest
 
 
 def safe_member(bundle: Path, rel: str) -> Path:

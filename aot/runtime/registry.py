@@ -9,7 +9,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import BundleError
-from .session import Devices, Session, load
+from .bucketed import BucketedSession
+from .loading import load
+from .session import Devices, Session
 
 
 class Registry:
@@ -20,9 +22,9 @@ class Registry:
 
     def __init__(self) -> None:
         self.devices = Devices()
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, Session | BucketedSession] = {}
 
-    def load(self, model_id: str, bundle_dir: str | Path, *, expect_sha256: str | None = None) -> Session:
+    def load(self, model_id: str, bundle_dir: str | Path, *, expect_sha256: str | None = None) -> Session | BucketedSession:
         """Load the bundle in ``bundle_dir`` under ``model_id`` (loaded once; a second id for the
         same directory loads it again, with its own weights)."""
         if model_id in self._sessions:
@@ -31,7 +33,7 @@ class Registry:
         self._sessions[model_id] = session
         return session
 
-    def __getitem__(self, model_id: str) -> Session:
+    def __getitem__(self, model_id: str) -> Session | BucketedSession:
         try:
             return self._sessions[model_id]
         except KeyError:

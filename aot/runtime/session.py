@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import weakref
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -17,23 +17,10 @@ from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import manifest as mf
 from .manifest import Manifest, RegionEntry, TensorSig
 
+
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
 _LOST = ("VK_ERROR_DEVICE_LOST", "DATA_LOSS")   # how IREE reports a device that stopped answering
-
-
-def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True,
-         devices: "Devices | None" = None) -> "Session":
-    """Open the bundle (its directory, or the build directory holding it as ``bundle/``): create
-    each device once, load the weights and every module once per device. ``expect_sha256`` (from
-    a generated stub) guards against a stub/bundle mismatch. ``devices``: share that instance and
-    its devices with the other sessions using it (see ``Registry``)."""
-    bundle = mf.bundle_dir(bundle_dir)
-    manifest = mf.read(bundle)
-    if expect_sha256 is not None and manifest.model.sha256 != expect_sha256:
-        raise BundleError(f"bundle {str(bundle)!r} was built from another model than this stub",
-                          hint="use the stub that ships inside the bundle")
-    return Session(bundle, manifest, check_device=check_device, devices=devices)
 
 
 class Devices:
@@ -185,8 +172,7 @@ class Session:
         once more from its inputs; a second loss, or a loss on any other device, is raised."""
         if not self._invokers:
             raise BundleError("this session is closed")
-        checked = check_inputs(self._inputs, inputs)
-        check_index_inputs(self._checked_indices, checked)
+        checked = self.check(inputs)
         try:
             return self._run_schedule(checked)
         except DeviceLostError as lost:
@@ -194,6 +180,17 @@ class Session:
                 raise
             self._reopen(lost.driver)
         return self._run_schedule(checked)
+
+    def check(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The inputs checked against the signature and the index ranges, as ``run`` checks them."""
+        checked = check_inputs(self._inputs, inputs)
+        check_index_inputs(self._checked_indices, checked)
+        return checked
+
+    def run_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[tuple[np.ndarray, ...]]:
+        """One result per request. A static bundle has one shape, so the requests run in turn;
+        a bucketed bundle (``BucketedSession``) stacks them into one call."""
+        return [self.run(r) for r in requests]
 
     def _run_schedule(self, checked: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         values: dict[str, tuple[str | None, Any]] = {name: (None, arr) for name, arr in checked.items()}

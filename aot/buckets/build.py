@@ -1,0 +1,97 @@
+"""Build a model with symbolic dimensions as one bundle of shape buckets:
+
+    symbols -> ladders and output axes -> one static build per bucket -> padding check -> merge
+
+Each bucket is an ordinary static build (the whole pipeline: plan, compile, verify, tune) in its
+own build folder. The merge keeps the first bucket's bundle as the bundle's own manifest and
+modules, adds every other bucket's modules under ``modules/b<i>/`` with its manifest under
+``buckets/b<i>.json``, and keeps one ``weights.irpa`` for all of them when their weights are the
+same bytes (a bucket whose folded constants differ keeps its own archive). Published in one
+rename, as every build is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from aot import pipeline
+from aot.buckets import padding
+from aot.buckets.dims import plan_dims, with_sizes
+from aot.bundle.write import Staged, link_or_copy, publish_bundle
+from aot.frontend.symbols import symbolic_inputs
+from aot.options import BuildOptions
+from aot.pipeline import BuildResult, Progress
+from aot.runtime.manifest import Manifest, file_sha256
+from aot.runtime.shapes import Bucket, Dim, PaddingCheck, Shapes, all_sizes
+from aot.workspace import Workspace
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltBucket:
+    sizes: tuple[tuple[str, int], ...]
+    result: BuildResult
+    checks: tuple[PaddingCheck, ...]
+
+
+def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
+          progress: Progress = lambda s: None) -> BuildResult:
+    """``pipeline.build`` for a model whose inputs have symbolic dimensions; a static model (or
+    one pinned by ``--input-shape``) is built as it always was."""
+    inputs = symbolic_inputs(model, set(dict(options.input_shapes)), set(dict(options.constant_inputs)))
+    if not inputs.symbols:
+        return pipeline.build(model, out_dir, options, progress)
+    dims = plan_dims(model, inputs, options)
+    combos = all_sizes(dims)
+    progress(f"buckets  {len(combos)}: " + "; ".join(", ".join(f"{s}={n}" for s, n in c) for c in combos))
+    ws = Workspace(Path(out_dir))
+    ws.prepare()
+    built = []
+    for i, sizes in enumerate(combos):
+        label = ", ".join(f"{s}={n}" for s, n in sizes)
+        progress(f"bucket   {i + 1}/{len(combos)}: {label}")
+        result = pipeline.build(model, ws.build / "buckets" / f"b{i}", with_sizes(options, inputs, dict(sizes)),
+                                lambda s: progress(f"  [{label}] {s}"))
+        checks = padding.check(model, result.bundle, dims, dict(sizes), options.pad_values,
+                               dict(options.padding_tolerances), progress)
+        built.append(BuiltBucket(sizes, result, checks))
+    try:
+        bundle = _merge(built, dims, options, ws)
+    finally:
+        ws.discard_staging()
+    progress(f"publish  {bundle.path} ({len(built)} bucket(s))")
+    return BuildResult(bundle, built[0].result.plan, tuple(t for b in built for t in b.result.timings))
+
+
+def _merge(built: list[BuiltBucket], dims: tuple[Dim, ...], options: BuildOptions, ws: Workspace):
+    staging = ws.staging("buckets")
+    first = built[0].result.bundle
+    shared = first.manifest.weights
+    buckets = [Bucket(built[0].sizes, "manifest.json", None, built[0].checks)]
+    _copy_bucket(first.path, first.manifest, staging, "modules")
+    if shared is not None:
+        link_or_copy(first.path / shared.path, staging / shared.path)
+    (staging / "buckets").mkdir()
+    for i, b in enumerate(built[1:], 1):
+        m = _copy_bucket(b.result.bundle.path, b.result.bundle.manifest, staging, f"modules/b{i}")
+        if m.weights is not None and (shared is None or m.weights.sha256 != shared.sha256):
+            own = f"weights/b{i}.irpa"
+            (staging / "weights").mkdir(exist_ok=True)
+            link_or_copy(b.result.bundle.path / m.weights.path, staging / own)
+            m = dataclasses.replace(m, weights=dataclasses.replace(m.weights, path=own))
+        path = m.write(staging, f"buckets/b{i}.json")
+        buckets.append(Bucket(b.sizes, f"buckets/b{i}.json", file_sha256(path), b.checks))
+    top = dataclasses.replace(first.manifest, shapes=Shapes(dims, tuple(buckets), options.pad_values))
+    return publish_bundle(Staged(staging, top, built[0].result.plan), ws.bundle)
+
+
+def _copy_bucket(bundle: Path, manifest: Manifest, staging: Path, folder: str) -> Manifest:
+    """One bucket's region modules into ``staging/folder``; its manifest, pointing at them."""
+    (staging / folder).mkdir(parents=True)
+    regions = []
+    for r in manifest.regions:
+        module = f"{folder}/{Path(r.module).name}"
+        link_or_copy(bundle / r.module, staging / module)
+        regions.append(dataclasses.replace(r, module=module))
+    return dataclasses.replace(manifest, regions=tuple(regions))

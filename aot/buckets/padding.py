@@ -1,0 +1,71 @@
+"""Does padding up to a bucket change the answer? Measured, per bucket and dimension.
+
+For each dimension a bucket pads, the most padded input it will serve (one more than the next
+smaller rung) runs padded in the bucket's bundle; the result, cropped, is compared with
+onnxruntime on the unpadded input at the verification tolerance. An axis where padding leaks into
+the valid part (attention without a mask, normalisation or pooling over that axis) is refused with
+the measured difference, unless the user accepted that much (``--accept-padding``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from aot import runtime
+from aot.bundle.write import Bundle
+from aot.checks import reference
+from aot.checks.compare import within
+from aot.errors import ModelError
+from aot.runtime import shapes as sh
+from aot.runtime.manifest import Manifest, TensorSig
+from aot.runtime.shapes import Dim, PaddingCheck
+
+
+class PaddingError(ModelError):
+    """Padding along a dimension changes the model's results on the valid part."""
+
+
+def check(model: Path, bundle: Bundle, dims: tuple[Dim, ...], sizes: dict[str, int],
+          pad_values: tuple[tuple[str, float], ...], accepted: dict[str, float],
+          progress: Callable[[str], None]) -> tuple[PaddingCheck, ...]:
+    shapes = sh.Shapes(dims, (), pad_values)
+    manifest = bundle.manifest
+    names = tuple(o.name for o in manifest.outputs)
+    checks = []
+    with runtime.load(bundle.path) as session:
+        for d in dims:
+            lower = [n for n in d.sizes if n < sizes[d.symbol]]
+            valid = (lower[-1] if lower else 0) + 1
+            if valid == sizes[d.symbol]:
+                continue   # nothing smaller is served by this rung: no padding to check
+            unpadded = {**sizes, d.symbol: valid}
+            inputs = reference.random_inputs(_specs(manifest, dims, unpadded), seed=0)
+            expected = reference.outputs(model, inputs, list(names), manifest)
+            got = sh.crop(shapes, names, session.run(sh.pad(shapes, inputs, sizes)), unpadded)
+            results = [(n, *within(g, e)) for n, g, e in zip(names, got, expected)]
+            worst = max(results, key=lambda r: (not r[1], r[2]))
+            diff = max(r[2] for r in results)
+            ok = all(r[1] for r in results)
+            tolerance = accepted.get(d.symbol)
+            progress(f"padding  {d.symbol}: {valid} padded to {sizes[d.symbol]}, max abs diff {diff:.3g} vs "
+                     f"onnxruntime unpadded ({'exact within tolerance' if ok else 'CHANGES the result'})")
+            if not ok and (tolerance is None or diff > tolerance):
+                raise PaddingError(
+                    f"padding {d.symbol!r} from {valid} to {sizes[d.symbol]} changes the model's results on the "
+                    f"valid part: output {worst[0]!r} differs from onnxruntime on the unpadded input by "
+                    f"{worst[2]:.3g} (max abs){'' if tolerance is None else f', more than the accepted {tolerance}'}",
+                    hint=f"this axis mixes positions (attention, normalisation or pooling over it): compile the "
+                         f"sizes you need exactly (--input-shape), or accept the difference with "
+                         f"--accept-padding {d.symbol}={diff:.2g}")
+            checks.append(PaddingCheck(d.symbol, valid, sizes[d.symbol], diff, None if ok else tolerance))
+    return tuple(checks)
+
+
+def _specs(manifest: Manifest, dims: tuple[Dim, ...], sizes: dict[str, int]) -> tuple[TensorSig, ...]:
+    """The bucket's input signature with every dimension at ``sizes``."""
+    shapes = {t.name: list(t.shape) for t in manifest.inputs}
+    for d in dims:
+        for a in d.inputs:
+            shapes[a.tensor][a.axis] = sizes[d.symbol]
+    return tuple(TensorSig(t.name, t.dtype, tuple(shapes[t.name])) for t in manifest.inputs)
