@@ -82,7 +82,7 @@ def test_a_copied_bundle_runs_with_only_the_runtime_and_numpy(vulkan_bundle, exa
 
 def test_a_damaged_shipped_runtime_is_refused_by_name(vulkan_bundle, bare_python, tmp_path):
     bundle = _copy(vulkan_bundle.bundle.path, tmp_path)
-    session = bundle / "stubs" / "python" / "aot_runtime" / "session.py"
+    session = bundle / "stubs" / "python" / "aot_runtime" / "loading.py"
     session.write_text(session.read_text().replace("def load(", "def load_(", 1))
     np.save(bundle / "x.npy", np.zeros((1, 3, 64, 64), np.float32))
     proc = subprocess.run([str(bare_python), "-c", RUN_STUB], capture_output=True, text=True, cwd=bundle)

@@ -85,6 +85,10 @@ class TinyCnn:
             'image': image,
         })
 
+    def run_batch(self, requests):
+        """Many requests (dicts by input name) as one call; one tuple of outputs per request."""
+        return self._session.run_batch(requests)
+
     def close(self):
         self._session.close()
 
