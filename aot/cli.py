@@ -77,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_build_options(bn)
     bn.set_defaults(func=_cmd_bench)
 
+    bb = sub.add_parser("bench-batch", help="requests one by one vs the same requests in one run_batch "
+                                           "(a bundle with batch buckets), medians per request")
+    bb.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
+    bb.add_argument("--requests", type=int, default=8)
+    bb.add_argument("--iterations", type=int, default=30)
+    bb.set_defaults(func=_cmd_bench_batch)
+
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
@@ -316,6 +323,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     model, options = api.resolve(args.model, _build_options(args))
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
     print(bench.run(model, out, options, iterations=args.iterations or 50).text())
+    return 0
+
+
+def _cmd_bench_batch(args: argparse.Namespace) -> int:
+    from aot.tools import serving
+
+    print(serving.batch_vs_single(Path(args.bundle), args.requests, args.iterations).text())
     return 0
 
 

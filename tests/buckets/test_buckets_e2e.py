@@ -174,3 +174,14 @@ def test_the_stub_shows_the_symbolic_batch_and_runs_batches(cnn_buckets):
     with load_stub_class(cnn_buckets.bundle.path)() as model:
         (a,), (b,) = model.run_batch([{"x": _x(1, 1)}, {"x": _x(2, 2)}])
         assert a.shape == (1, 4) and b.shape == (2, 4)
+
+
+def test_bench_batch_times_both_ways_on_the_same_requests(cnn_buckets, host_bundle):
+    from aot.errors import AotError
+    from aot.tools import serving
+
+    result = serving.batch_vs_single(cnn_buckets.bundle.path, requests=4, iterations=2)
+    assert result.single_us > 0 and result.batched_us > 0 and result.max_abs_diff < 1e-4
+    assert "one by one / run_batch" in result.text()
+    with pytest.raises(AotError, match="no batch buckets"):
+        serving.batch_vs_single(host_bundle.bundle.path)
