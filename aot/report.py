@@ -104,6 +104,8 @@ def text(m: Manifest) -> str:
         lines += ["", tuning_text(m)]
     if m.index_ops:
         lines += ["", index_text(m)]
+    if m.shapes:
+        lines += ["", buckets_text(m)]
     reasons = Counter(reason for _, reason in m.host_reasons)
     if reasons:
         lines.append("\nwhy nodes are on the host:")
@@ -135,6 +137,23 @@ def tuning_text(m: Manifest) -> str:
 
 _INDEX_STATUS = {"proved": "proved in range", "checked": "checked at the boundary", "guarded": "guarded",
                  "defined": "defined by the op (no read at the index)", "unguarded": "NOT GUARDED (--no-index-guards)"}
+
+
+def buckets_text(m: Manifest) -> str:
+    """The shape buckets: each dimension's ladder and each padding check (the regions above are
+    the smallest bucket's)."""
+    assert m.shapes is not None
+    lines = [f"shape buckets: {len(m.shapes.buckets)} (the regions above are the first's)"]
+    for d in m.shapes.dims:
+        where = ", ".join(f"{a.tensor!r} axis {a.axis}" for a in d.inputs)
+        lines.append(f"  {d.symbol!r} ({where}){' batch, chunked past the largest' if d.batch else ''}: "
+                     f"{', '.join(map(str, d.sizes))}")
+    for b in m.shapes.buckets:
+        checks = "; ".join(f"{c.symbol} {c.valid}->{c.padded} max abs diff {c.max_abs_diff:.3g}"
+                           + (f" (accepted up to {c.accepted_tolerance:g})" if c.accepted_tolerance is not None else "")
+                           for c in b.checks) or "no padding to check"
+        lines.append(f"  bucket {b.label}: {checks}")
+    return "\n".join(lines)
 
 
 def index_text(m: Manifest) -> str:

@@ -497,13 +497,7 @@ class Manifest:
     def validate(self, bundle: Path) -> None:
         """The files the manifest names are inside ``bundle``, present, and match their sha256."""
         for r in self.regions:
-            module = safe_member(bundle, r.module)
-            if not module.is_file():
-                raise BundleError(f"bundle {str(bundle)!r} lacks module {r.module!r} of region {r.name!r}",
-                                  hint="the bundle is incomplete; rebuild it")
-            if file_sha256(module) != r.sha256:
-                raise BundleError(f"module {r.module!r} of region {r.name!r} does not match its sha256 "
-                                  "in the manifest (corrupt or replaced)", hint="rebuild the bundle")
+            checked_member(bundle, r.module, r.sha256, f"module {r.module!r} of region {r.name!r}")
         if self.weights is not None and not safe_member(bundle, self.weights.path).is_file():
             raise BundleError(f"bundle {str(bundle)!r} lacks its weights {self.weights.path!r}", hint="rebuild it")
         for bucket in self.shapes.buckets[1:] if self.shapes else ():
@@ -542,13 +536,8 @@ def read(bundle: str | Path) -> Manifest:
 
 def read_bucket(bundle: Path, bucket: Bucket) -> Manifest:
     """The manifest of one bucket's region modules, checked like the bundle's own."""
-    path = safe_member(bundle, bucket.manifest)
-    if not path.is_file():
-        raise BundleError(f"bundle {str(bundle)!r} lacks {bucket.manifest!r}, the manifest of bucket {bucket.label}",
-                          hint="the bundle is incomplete; rebuild it")
-    if file_sha256(path) != bucket.sha256:
-        raise BundleError(f"{bucket.manifest!r} (bucket {bucket.label}) does not match its sha256 in the manifest "
-                          "(corrupt or replaced)", hint="rebuild the bundle")
+    path = checked_member(bundle, bucket.manifest, bucket.sha256 or "",
+                          f"{bucket.manifest!r}, the manifest of bucket {bucket.label},")
     manifest = _parse_file(path)
     manifest.validate(bundle)
     return manifest
@@ -566,6 +555,17 @@ def _parse_file(path: Path) -> Manifest:
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise BundleError(f"{str(path)!r} is malformed: {type(e).__name__}: {e}",
                           hint="rebuild the bundle with `aot build`") from e
+
+
+def checked_member(bundle: Path, rel: str, sha256: str, what: str) -> Path:
+    """``rel`` inside the bundle, present and matching ``sha256``; ``what`` names it in errors."""
+    path = safe_member(bundle, rel)
+    if not path.is_file():
+        raise BundleError(f"bundle {str(bundle)!r} lacks {what}", hint="the bundle is incomplete; rebuild it")
+    if file_sha256(path) != sha256:
+        raise BundleError(f"{what} does not match its sha256 in the manifest (corrupt or replaced)",
+                          hint="rebuild the bundle")
+    return path
 
 
 def safe_member(bundle: Path, rel: str) -> Path:

@@ -56,6 +56,9 @@ def test_buckets_pad_chunk_and_match_onnxruntime(cnn, cnn_buckets):
     assert any(not r.target.is_host for r in manifest.regions)   # the convolutions run on lavapipe
     four = manifest.shapes.buckets[2]
     assert [(c.valid, c.padded) for c in four.checks] == [(3, 4)] and four.checks[0].max_abs_diff < 1e-3
+    from aot import report
+
+    assert "bucket N=4: N 3->4 max abs diff" in report.text(manifest)
     with runtime.load(cnn_buckets.bundle.path) as session:
         for n in (1, 3, 4, 9):   # exact, padded into 4, exact, chunked 4 + 4 + 1
             x = _x(n, n)
@@ -158,7 +161,7 @@ def test_a_damaged_bucket_is_a_bundle_error(cnn_buckets, tmp_path):
     shutil.copytree(cnn_buckets.bundle.path, copy)
     bucket = copy / "buckets" / "b1.json"
     bucket.write_text(bucket.read_text() + " ")
-    with pytest.raises(BundleError, match=r"bucket N=2\) does not match its sha256"):
+    with pytest.raises(BundleError, match=r"the manifest of bucket N=2, does not match its sha256"):
         runtime.load(copy)
     shutil.copytree(cnn_buckets.bundle.path, copy, dirs_exist_ok=True)
     next((copy / "modules" / "b2").glob("*.vmfb")).unlink()
