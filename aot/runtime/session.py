@@ -17,7 +17,6 @@ from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import manifest as mf
 from .manifest import Manifest, RegionEntry, TensorSig
 
-
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
 _LOST = ("VK_ERROR_DEVICE_LOST", "DATA_LOSS")   # how IREE reports a device that stopped answering
