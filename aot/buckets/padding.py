@@ -18,7 +18,6 @@ from aot.checks import reference
 from aot.checks.compare import within
 from aot.errors import ModelError
 from aot.runtime import shapes as sh
-from aot.runtime.manifest import Manifest, TensorSig
 from aot.runtime.shapes import Dim, PaddingCheck
 
 
@@ -40,7 +39,7 @@ def check(model: Path, bundle: Bundle, dims: tuple[Dim, ...], sizes: dict[str, i
             if valid == sizes[d.symbol]:
                 continue   # nothing smaller is served by this rung: no padding to check
             unpadded = {**sizes, d.symbol: valid}
-            inputs = reference.random_inputs(_specs(manifest, dims, unpadded), seed=0)
+            inputs = reference.random_inputs(sh.resized(manifest.inputs, dims, unpadded), seed=0)
             expected = reference.outputs(model, inputs, list(names), manifest)
             got = sh.crop(shapes, names, session.run(sh.pad(shapes, inputs, sizes)), unpadded)
             results = [(n, *within(g, e)) for n, g, e in zip(names, got, expected)]
@@ -61,11 +60,3 @@ def check(model: Path, bundle: Bundle, dims: tuple[Dim, ...], sizes: dict[str, i
             checks.append(PaddingCheck(d.symbol, valid, sizes[d.symbol], diff, None if ok else tolerance))
     return tuple(checks)
 
-
-def _specs(manifest: Manifest, dims: tuple[Dim, ...], sizes: dict[str, int]) -> tuple[TensorSig, ...]:
-    """The bucket's input signature with every dimension at ``sizes``."""
-    shapes = {t.name: list(t.shape) for t in manifest.inputs}
-    for d in dims:
-        for a in d.inputs:
-            shapes[a.tensor][a.axis] = sizes[d.symbol]
-    return tuple(TensorSig(t.name, t.dtype, tuple(shapes[t.name])) for t in manifest.inputs)

@@ -34,6 +34,7 @@ class BucketedSession:
         self._devices = devices or Devices()
         self._lock = threading.Lock()
         self._output_names = tuple(o.name for o in manifest.outputs)
+        self._batch = self._batch_dim()
         self.sessions: dict[tuple[tuple[str, int], ...], Session] = {}
         try:
             for b in self.shapes.buckets:
@@ -93,11 +94,10 @@ class BucketedSession:
         dimensions, stacked along the batch dimension, run in the smallest bucket that holds
         them all (chunked past the largest), then split and cropped back per request."""
         checked = [self._checked_request(i, r) for i, r in enumerate(requests)]
-        batch = self._batch_dim()
         with self._lock:
-            if batch is None or len(checked) < 2:
+            if self._batch is None or len(checked) < 2:
                 return [self._run_checked(c) for c in checked]
-            return self._run_stacked(batch, checked)
+            return self._run_stacked(self._batch, checked)
 
     def _checked_request(self, index: int, request: Mapping[str, Any]) -> dict[str, np.ndarray]:
         try:
@@ -117,21 +117,17 @@ class BucketedSession:
     def _run_stacked(self, batch: sh.Dim, requests: list[dict[str, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:
         sizes = [sh.sizes_of(self.shapes, r) for r in requests]
         common = {d.symbol: max(s[d.symbol] for s in sizes) for d in self.shapes.dims if d is not batch}
-        stacked: dict[str, np.ndarray] = {}
-        for name in requests[0]:
-            parts = []
-            for r, s in zip(requests, sizes):
-                parts.append(sh.pad(self.shapes, r, {**common, batch.symbol: s[batch.symbol]})[name])
-            axis = next(a.axis for a in batch.inputs if a.tensor == name)
-            stacked[name] = np.concatenate(parts, axis=axis)
-        outputs = self._run_checked(stacked)
+        padded = [sh.pad(self.shapes, r, {**common, batch.symbol: s[batch.symbol]}) for r, s in zip(requests, sizes)]
+        axis = {a.tensor: a.axis for a in batch.inputs}
+        stacked = {name: np.concatenate([p[name] for p in padded], axis=axis[name]) for name in requests[0]}
+        outputs = dict(zip(self._output_names, self._run_checked(stacked)))
         results, start = [], 0
         for s in sizes:
             part = slice(start, start + s[batch.symbol])
             start = part.stop
-            mine = tuple(sh.take(batch.outputs, dict(zip(self._output_names, outputs)), part)[n]
-                         for n in self._output_names)
-            results.append(tuple(np.array(o, copy=True) for o in sh.crop(self.shapes, self._output_names, mine, s)))
+            mine = sh.take(batch.outputs, outputs, part)
+            cropped = sh.crop(self.shapes, self._output_names, tuple(mine[n] for n in self._output_names), s)
+            results.append(tuple(np.array(o, copy=True) for o in cropped))
         return results
 
     def close(self) -> None:

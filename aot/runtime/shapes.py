@@ -12,12 +12,15 @@ Pure data and numpy: part of the runtime a bundle ships.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from .errors import RuntimeInputError
+
+if TYPE_CHECKING:
+    from .manifest import TensorSig   # manifest imports this module
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,15 @@ def join(axes: tuple[Axis, ...], names: tuple[str, ...], parts: list[tuple[np.nd
     """Results of consecutive chunks joined along each output's axis in ``axes``."""
     axis_of = {a.tensor: a.axis for a in axes}
     return tuple(np.concatenate([p[i] for p in parts], axis=axis_of[name]) for i, name in enumerate(names))
+
+
+def resized(specs: "tuple[TensorSig, ...]", dims: tuple[Dim, ...], sizes: Mapping[str, int]) -> "tuple[TensorSig, ...]":
+    """``specs`` with every axis of a dimension named in ``sizes`` at that size (the others kept)."""
+    shapes = {t.name: list(t.shape) for t in specs}
+    for d in dims:
+        for a in d.inputs if d.symbol in sizes else ():
+            shapes[a.tensor][a.axis] = sizes[d.symbol]
+    return tuple(replace(t, shape=tuple(shapes[t.name])) for t in specs)
 
 
 def all_sizes(dims: tuple[Dim, ...]) -> list[tuple[tuple[str, int], ...]]:

@@ -13,7 +13,7 @@ import numpy as np
 from aot import runtime
 from aot.checks.reference import random_inputs
 from aot.errors import AotError
-from aot.runtime.manifest import TensorSig
+from aot.runtime.shapes import resized
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ def batch_vs_single(bundle: Path, requests: int = 8, iterations: int = 30, seed:
         if shapes is None or not any(d.batch for d in shapes.dims):
             raise AotError(f"{str(bundle)!r} has no batch buckets: its requests cannot share a run",
                            hint="build a model with a symbolic batch, e.g. with --batch-buckets 1,2,4,8")
-        specs = _one_each(session.manifest.inputs, shapes)
+        specs = resized(session.manifest.inputs, shapes.dims, {d.symbol: 1 for d in shapes.dims if d.batch})
         batch = [random_inputs(specs, seed=seed + i) for i in range(requests)]
         singles = [session.run(r) for r in batch]
         diff = max(float(np.abs(a.astype(np.float64) - b).max(initial=0.0))
@@ -53,11 +53,3 @@ def batch_vs_single(bundle: Path, requests: int = 8, iterations: int = 30, seed:
             many.append((time.perf_counter() - start) / requests * 1e6)
     return BatchBench(requests, statistics.median(one), statistics.median(many), diff, iterations)
 
-
-def _one_each(inputs: tuple[TensorSig, ...], shapes) -> tuple[TensorSig, ...]:
-    """The smallest bucket's inputs with every batch axis at 1."""
-    out = {t.name: list(t.shape) for t in inputs}
-    for d in shapes.dims:
-        for a in d.inputs if d.batch else ():
-            out[a.tensor][a.axis] = 1
-    return tuple(TensorSig(t.name, t.dtype, tuple(out[t.name])) for t in inputs)
