@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, Sequence
 
 from aot.errors import AotError
@@ -50,21 +48,19 @@ def iree_compile_path() -> str:
 def run_task(task: CompileTask) -> CompileOutcome:
     """Run one task with this machine's iree-compile (a pool thread or a cluster worker)."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="aot-compile-") as tmp:
-        out = Path(tmp, "region.vmfb")
-        # The MLIR goes in on stdin: a source file's path ends up in the module's debug
-        # locations, and the same region must give the same bytes wherever it compiles.
-        argv = [iree_compile_path(), "-", *task.flags, "-o", str(out)]
-        try:
-            proc = subprocess.run(argv, input=task.mlir.decode(), capture_output=True, text=True,
-                                  timeout=task.timeout)
-        except subprocess.TimeoutExpired:
-            return CompileOutcome(None, -1, f"error: iree-compile timed out after {task.timeout:.0f}s",
-                                  time.perf_counter() - start, compiler_version())
-        ok = proc.returncode == 0 and out.exists()
-        return CompileOutcome(out.read_bytes() if ok else None, proc.returncode,
-                              proc.stderr or proc.stdout or "no output", time.perf_counter() - start,
-                              compiler_version())
+    # The MLIR goes in on stdin: a source file's path ends up in the module's debug locations,
+    # and the same region must give the same bytes wherever it compiles. The module comes back
+    # on stdout (`-o -`): no temporary file is left behind when a build is killed mid-compile.
+    argv = [iree_compile_path(), "-", *task.flags, "-o", "-"]
+    try:
+        proc = subprocess.run(argv, input=task.mlir, capture_output=True, timeout=task.timeout)
+    except subprocess.TimeoutExpired:
+        return CompileOutcome(None, -1, f"error: iree-compile timed out after {task.timeout:.0f}s",
+                              time.perf_counter() - start, compiler_version())
+    ok = proc.returncode == 0 and bool(proc.stdout)
+    log = proc.stderr.decode(errors="replace") or ("" if ok else proc.stdout.decode(errors="replace")) or "no output"
+    return CompileOutcome(proc.stdout if ok else None, proc.returncode, log,
+                          time.perf_counter() - start, compiler_version())
 
 
 class Executor(Protocol):
