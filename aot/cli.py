@@ -84,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     bb.add_argument("--iterations", type=int, default=30)
     bb.set_defaults(func=_cmd_bench_batch)
 
+    rb = sub.add_parser("bench-replay", help="each accelerator region replaying its recorded command buffer "
+                                             "vs recording it every call: load, first call and steady state")
+    rb.add_argument("out", help="the directory given to `aot build -o` (its build/ holds the region MLIR)")
+    rb.add_argument("--trials", type=int, default=5, help="fresh sessions per mode")
+    rb.add_argument("--calls", type=int, default=30, help="steady-state calls per session")
+    rb.set_defaults(func=_cmd_bench_replay)
+
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
@@ -330,6 +337,13 @@ def _cmd_bench_batch(args: argparse.Namespace) -> int:
     from aot.tools import serving
 
     print(serving.batch_vs_single(Path(args.bundle), args.requests, args.iterations).text())
+    return 0
+
+
+def _cmd_bench_replay(args: argparse.Namespace) -> int:
+    from aot.tools import replay
+
+    print(replay.bench(Path(args.out), args.trials, args.calls).text())
     return 0
 
 

@@ -20,6 +20,13 @@ _BACKENDS = {
 }
 # Up to this many bytes of load-time constants per expression (see Target._device_flags).
 HOIST_LIMIT = 256 << 20
+# Replay: an accelerator region's command buffer is recorded once, when its module loads
+# (memoization), with its buffers as indirect bindings, and each call submits it again with that
+# call's buffers (hal.device.queue.execute.indirect) instead of re-recording every dispatch. IREE
+# 3.13 does this by default; the flags say so explicitly so that a changed default cannot turn it
+# off unnoticed. `aot bench-replay` measures first call and steady state with and without.
+REPLAY_FLAGS = ("--iree-hal-memoization=true", "--iree-hal-indirect-command-buffers=true")
+RECORD_EVERY_CALL_FLAGS = ("--iree-hal-memoization=false", "--iree-hal-indirect-command-buffers=false")
 
 # Optimisation flags every region gets unless tuning picked others (see docs/performance.md for
 # the measurements). llvm-cpu: im2col turns convolutions into matmuls, 1.6-2.0x on the corpus'
@@ -117,8 +124,10 @@ class Target:
             # Vulkan compile takes 6.5 s. The price, on every backend: memory for the f32 copies.
             return ("--iree-hal-target-device=vulkan",
                     f"--iree-vulkan-target={self.arch}",
-                    "--iree-hal-external-resources-mappable", hoist)
-        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *f64)
+                    "--iree-hal-external-resources-mappable", hoist, *REPLAY_FLAGS)
+        # The cuda driver replays such a command buffer as a CUDA graph only when the runtime is
+        # told --cuda_use_streams=false; its default (streams) re-issues the kernels each call.
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *REPLAY_FLAGS, *f64)
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.arch}"

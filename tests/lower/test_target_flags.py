@@ -9,7 +9,7 @@ import pytest
 from aot.errors import AotError
 from aot.lower.compile import compile_argv
 from aot.options import BuildOptions
-from aot.runtime.target import HOIST_LIMIT, Target
+from aot.runtime.target import HOIST_LIMIT, REPLAY_FLAGS, Target
 
 
 @pytest.mark.parametrize("text, backend, arch, driver", [
@@ -60,7 +60,8 @@ def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
 
 
 def test_cuda_flags():
-    assert Target.parse("cuda:sm_80").compile_flags() == ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80")
+    assert Target.parse("cuda:sm_80").compile_flags() == ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80",
+                                                          *REPLAY_FLAGS)
 
 
 def test_optimisation_flags_replace_the_defaults_and_keep_the_device_flags():
