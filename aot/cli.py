@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
     r.add_argument("--input", action="append", default=[], metavar="NAME=@FILE.npy")
     r.add_argument("--output-dir", help="write each output to DIR/<output>.npy instead of printing it")
+    r.add_argument("--device-memory", metavar="DRIVER=SIZE[,...]",
+                   help="what each device may use, e.g. vulkan=2GiB (default: $AOT_DEVICE_MEMORY, else what the "
+                        "device reports); a bundle that needs more is refused before it loads")
     r.set_defaults(func=_cmd_run)
 
     rp = sub.add_parser("report", help="regions, devices, node counts, host reasons, boundary bytes")
@@ -275,7 +278,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             inputs[name] = np.load(ref[1:], allow_pickle=False)
         except (OSError, ValueError) as e:
             raise RuntimeInputError(f"cannot read input {name!r} from {ref[1:]!r}: {e}") from e
-    with runtime.load(args.bundle) as session:
+    with runtime.load(args.bundle, device_memory=args.device_memory) as session:
         outputs = session.run(inputs)
         names = [o.name for o in session.manifest.outputs]
     if args.output_dir:

@@ -22,6 +22,7 @@ from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.executor import Executor, executor_for
+from aot.lower.footprint import device_memory
 from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
@@ -156,6 +157,8 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
             clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
         if options.measure and len(staged.plan.regions) > 1:
             staged = _measured_gate(staged, planned, compile_, ws, progress)
+        staged = _with_memory(staged, ws)
+        clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
         bundle = publish_bundle(staged, ws.bundle)
         clock.done("publish", str(bundle.path))
     finally:
@@ -201,6 +204,14 @@ class _Compiler:
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path)
         return Staged(path, manifest, plan, self.ws.region_mlir(candidate, "r").parent)
+
+
+def _with_memory(staged: Staged, ws: Workspace) -> Staged:
+    """Record what one run holds on each device, for the runtime's preflight (lower/footprint.py)."""
+    m = staged.manifest
+    weights = None if m.weights is None else staged.path / m.weights.path
+    memory = device_memory(m, staged.sources, weights, ws.cache)
+    return dataclasses.replace(staged, manifest=dataclasses.replace(m, memory=memory))
 
 
 def _should_verify(staged: Staged, options: BuildOptions) -> bool:

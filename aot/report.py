@@ -90,6 +90,9 @@ def text(m: Manifest) -> str:
         t = m.boundary(v)
         shape = None if t.shape is None else list(t.shape)
         lines.append(f"  {v!r:40.40s} -> {r}: {t.dtype}{shape} {_bytes(t.bytes)}")
+    if m.memory:
+        lines.append("\ndevice memory one run holds (checked against each device when the bundle loads):")
+        lines += [f"  {d.driver:12s} {d.text()}" for d in m.memory]
     if part.gate:
         lines.append(f"\ngate: {'partition accepted' if part.gate.accepted else 'partition rejected'}: "
                      f"{part.gate.detail}")

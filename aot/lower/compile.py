@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Sequence
 
 from aot.errors import AotError, CompileError
+from aot.lower import footprint
 from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
                                 iree_compile_path)
 from aot.runtime.manifest import file_sha256
 from aot.runtime.target import Target
 
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
+# Every compile also prints IREE's static scheduling statistics (CSV, on stderr): the bundle's
+# memory record reads each module's transient bytes from them (lower/footprint.py).
+STATS_FLAGS = ("--iree-scheduling-dump-statistics-format=csv", "--iree-scheduling-dump-statistics-file=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +95,7 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
     for i, job in enumerate(jobs):
         text = job.mlir.read_bytes()
         keep_f64 = b",f64>" in text  # a float64 tensor type in the region (see Target.compile_flags)
-        flags = job.target.compile_flags(keep_f64, job.opt)
+        flags = (*job.target.compile_flags(keep_f64, job.opt), *STATS_FLAGS)
         key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(flags).encode(),
                                          version.encode()])).hexdigest()[:32]
         out = cache / f"{key}.vmfb"
@@ -122,4 +126,6 @@ def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Pat
     tmp = out.with_name(f"{out.stem}.{os.getpid()}.tmp")
     tmp.write_bytes(outcome.vmfb)
     os.replace(tmp, out)
-    return CompiledRegion(job.region, job.target, out, file_sha256(out), None, False, outcome.seconds, job.opt_flags)
+    sha = file_sha256(out)
+    footprint.store_transients(out.parent, sha, outcome.log)
+    return CompiledRegion(job.region, job.target, out, sha, None, False, outcome.seconds, job.opt_flags)

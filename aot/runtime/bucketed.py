@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import manifest as mf
+from . import memory
 from . import shapes as sh
 from .errors import RuntimeInputError
 from .manifest import Manifest, TensorSig
@@ -26,7 +27,7 @@ class BucketedSession:
     ``run_batch`` for many requests at once. Calls are serialised (one device queue each)."""
 
     def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
-                 devices: Devices | None = None) -> None:
+                 devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None) -> None:
         assert manifest.shapes is not None
         self.manifest = manifest
         self.shapes = manifest.shapes
@@ -36,10 +37,14 @@ class BucketedSession:
         self._output_names = tuple(o.name for o in manifest.outputs)
         self._batch = self._batch_dim()
         self.sessions: dict[tuple[tuple[str, int], ...], Session] = {}
+        manifests = [manifest if b.manifest == mf.MANIFEST else mf.read_bucket(bundle, b) for b in self.shapes.buckets]
+        records = [m.memory for m in manifests if m.memory]
+        # Every bucket stays loaded, each with its own modules and weights: the device must hold them all.
+        memory.preflight(memory.needs(records), memory_limits)
         try:
-            for b in self.shapes.buckets:
-                m = manifest if b.manifest == mf.MANIFEST else mf.read_bucket(bundle, b)
-                self.sessions[b.sizes] = Session(bundle, m, check_device=check_device, devices=self._devices)
+            for b, m in zip(self.shapes.buckets, manifests):
+                self.sessions[b.sizes] = Session(bundle, m, check_device=check_device, devices=self._devices,
+                                                 check_memory=False)
         except Exception:
             self.close()
             raise

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from .errors import BundleError
+from .memory import DeviceMemory
 from .shapes import Bucket, Shapes
 from .target import Target
 
@@ -413,6 +414,7 @@ class Manifest:
     host_runtime: HostRuntime | None = None      # None: local-task with IREE's default topology
     index_ops: tuple[IndexOp, ...] = ()
     shapes: Shapes | None = None                 # symbolic dimensions and their buckets (runtime/shapes.py)
+    memory: tuple[DeviceMemory, ...] = ()        # per device, what one run holds (runtime/memory.py)
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
@@ -461,6 +463,8 @@ class Manifest:
             d["index_ops"] = [i.to_json() for i in self.index_ops]
         if self.shapes is not None:
             d["shapes"] = self.shapes.to_json()
+        if self.memory:
+            d["memory"] = [m.to_json() for m in self.memory]
         return d
 
     @classmethod
@@ -489,6 +493,7 @@ class Manifest:
             _optional(HostRuntime.from_json, d.get("host_runtime")),
             tuple(map(IndexOp.from_json, d.get("index_ops", []))),
             _optional(Shapes.from_json, d.get("shapes")),
+            tuple(map(DeviceMemory.from_json, d.get("memory", []))),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")

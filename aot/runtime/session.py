@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import manifest as mf
+from . import memory
 from .manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
@@ -55,9 +56,13 @@ class Session:
     module really computes)."""
 
     def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
-                 devices: Devices | None = None) -> None:
+                 devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None,
+                 check_memory: bool = True) -> None:
         import iree.runtime as rt
 
+        if check_memory and manifest.memory:
+            # Before any device opens: a bundle too large for a device fails here, not mid-run.
+            memory.preflight(memory.needs([manifest.memory]), memory_limits)
         self.manifest = manifest
         self._inputs = manifest.inputs
         self._outputs = manifest.outputs

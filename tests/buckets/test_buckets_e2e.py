@@ -67,6 +67,23 @@ def test_buckets_pad_chunk_and_match_onnxruntime(cnn, cnn_buckets):
             np.testing.assert_allclose(y, _ort(cnn, x=x)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_every_bucket_records_its_memory_and_loading_needs_them_all(cnn_buckets):
+    from aot.runtime import manifest as mf
+    from aot.runtime.memory import DeviceMemoryError
+
+    bundle = cnn_buckets.bundle.path
+    m = mf.read(bundle)
+    per_bucket = [{d.driver: d.total for d in (m if b.manifest == mf.MANIFEST else mf.read_bucket(bundle, b)).memory}
+                  for b in m.shapes.buckets]
+    vulkan = [b["vulkan"] for b in per_bucket]
+    assert vulkan == sorted(vulkan) and vulkan[0] < vulkan[-1]    # outputs and scratch grow with the batch
+    # Room for the largest bucket alone is not enough: all three stay loaded.
+    with pytest.raises(DeviceMemoryError, match="3 shape buckets loaded together"):
+        runtime.load(bundle, device_memory={"vulkan": max(vulkan)})
+    with runtime.load(bundle, device_memory={"vulkan": sum(vulkan)}) as session:
+        assert len(session.sessions) == 3
+
+
 def test_run_batch_gives_every_request_its_own_single_run_answer(cnn_buckets):
     requests = [{"x": _x(n, 10 + i)} for i, n in enumerate((1, 2, 1, 1, 3))]
     with runtime.load(cnn_buckets.bundle.path) as session:

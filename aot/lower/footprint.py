@@ -1,0 +1,85 @@
+"""What one run of a staged bundle holds on each device, measured at build time:
+- parameters: the weights.irpa entries the device's regions name (each device loads its own copy);
+- region outputs: their bytes, from the partition's tensor table (static shapes);
+- transients: iree-compile's own static estimate for each module (its scheduling statistics: the
+  bytes its submissions allocate, which include load-time hoisted constants such as dequantized
+  weights), summed over the device's regions.
+Every compile prints those statistics (compile.STATS_FLAGS) and the compile cache keeps each
+module's figure by the module's sha256, so this reads them; a module compiled without them
+(a cache from an older aot) gets a statistics-only compile that stops after the stream phase."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import subprocess
+from pathlib import Path
+
+from aot.errors import CompileError
+from aot.lower.executor import iree_compile_path
+from aot.runtime.manifest import Manifest, RegionEntry
+from aot.runtime.memory import DeviceMemory
+
+_PARAMETER = re.compile(rb'parameter\.named<"[^"]*"::"((?:[^"\\]|\\.)*)">')
+STATS_TIMEOUT_S = 300
+
+
+def device_memory(manifest: Manifest, sources: Path, weights: Path | None, cache: Path) -> tuple[DeviceMemory, ...]:
+    sizes = _parameter_sizes(weights)
+    per_driver: dict[str, list[int]] = {}
+    for r in manifest.regions:
+        text = (sources / f"{r.name}.mlir").read_bytes()
+        params = sum(sizes.get(k.decode(), 0) for k in set(_PARAMETER.findall(text)))
+        outputs = sum(manifest.boundary(v).bytes or 0 for v in r.outputs
+                      if v in dict(manifest.boundary_tensors))
+        totals = per_driver.setdefault(manifest.driver(r), [0, 0, 0])
+        for i, n in enumerate((params, outputs, _transient_bytes(r, text, cache))):
+            totals[i] += n
+    return tuple(DeviceMemory(d, *t) for d, t in per_driver.items())
+
+
+def _parameter_sizes(weights: Path | None) -> dict[str, int]:
+    if weights is None or not weights.exists():
+        return {}
+    import iree.runtime as rt
+
+    index = rt.ParameterIndex()
+    index.load(str(weights))
+    return {key: entry.length for key, entry in index.items()}
+
+
+def store_transients(cache: Path, sha256: str, log: str) -> None:
+    """Keep a freshly compiled module's transient bytes, read from the statistics in its log."""
+    try:
+        found = _aggregate(log)
+    except ValueError:
+        return   # no statistics printed: _transient_bytes compiles for them when asked
+    path = cache / "transients" / f"{sha256}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(str(found))
+
+
+def _transient_bytes(region: RegionEntry, text: bytes, cache: Path) -> int:
+    cached = cache / "transients" / f"{region.sha256}.txt"
+    if cached.exists():
+        return int(cached.read_text())
+    flags = region.target.compile_flags(b",f64>" in text, region.flags or None)
+    argv = [iree_compile_path(), "-", *flags, "--compile-to=stream", "--iree-scheduling-dump-statistics-format=csv",
+            "--iree-scheduling-dump-statistics-file=-", "-o", "/dev/null"]
+    proc = subprocess.run(argv, input=text, capture_output=True, timeout=STATS_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise CompileError(f"{region.name} (memory statistics)", argv, proc.returncode, proc.stderr.decode(errors="replace"))
+    found = _aggregate(proc.stdout.decode(errors="replace"))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(str(found))
+    return found
+
+
+def _aggregate(text: str) -> int:
+    """The "Transient Size" of the aggregate statistics table (its first header row)."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith(";")]
+    header = next((i for i, r in enumerate(rows) if "Transient Size" in r), None)
+    if header is None or header + 1 >= len(rows):
+        raise ValueError("iree-compile printed no aggregate statistics")
+    return int(rows[header + 1][rows[header].index("Transient Size")])
