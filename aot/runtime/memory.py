@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ class _VkInstanceCreateInfo(ctypes.Structure):
                 ("layers", ctypes.c_void_p), ("extensionCount", ctypes.c_uint32), ("extensions", ctypes.c_void_p)]
 
 
+@functools.cache   # a heap's size does not change; one Vulkan instance per process is enough
 def _vulkan_device_local() -> int | None:
     """The largest DEVICE_LOCAL heap of the first physical device, the one IREE's default device
     opens (vkGetPhysicalDeviceMemoryProperties)."""
@@ -148,6 +150,7 @@ def _vulkan_device_local() -> int | None:
         vk.vkDestroyInstance(instance, None)
 
 
+@functools.cache
 def _cuda_total() -> int | None:
     cuda = ctypes.CDLL("libcuda.so.1")
     device, total = ctypes.c_int(), ctypes.c_size_t()
