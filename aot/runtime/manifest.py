@@ -17,26 +17,11 @@ from typing import Any, Callable
 from .errors import BundleError
 from .memory import DeviceMemory
 from .shapes import Bucket, Shapes
+from .signature import TensorSig
 from .target import Target
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSig:
-    """A model input or output: what the stub takes or returns."""
-
-    name: str
-    dtype: str                # numpy dtype name
-    shape: tuple[int, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TensorSig":
-        return cls(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from .errors import RuntimeInputError
-
-if TYPE_CHECKING:
-    from .manifest import TensorSig   # manifest imports this module
+from .signature import TensorSig
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +208,7 @@ def join(axes: tuple[Axis, ...], names: tuple[str, ...], parts: list[tuple[np.nd
     return tuple(np.concatenate([p[i] for p in parts], axis=axis_of[name]) for i, name in enumerate(names))
 
 
-def resized(specs: "tuple[TensorSig, ...]", dims: tuple[Dim, ...], sizes: Mapping[str, int]) -> "tuple[TensorSig, ...]":
+def resized(specs: tuple[TensorSig, ...], dims: tuple[Dim, ...], sizes: Mapping[str, int]) -> tuple[TensorSig, ...]:
     """``specs`` with every axis of a dimension named in ``sizes`` at that size (the others kept)."""
     shapes = {t.name: list(t.shape) for t in specs}
     for d in dims:
