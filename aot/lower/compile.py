@@ -94,8 +94,7 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
     pending: list[tuple[int, CompileJob, CompileTask, Path]] = []
     for i, job in enumerate(jobs):
         text = job.mlir.read_bytes()
-        keep_f64 = b",f64>" in text  # a float64 tensor type in the region (see Target.compile_flags)
-        flags = (*job.target.compile_flags(keep_f64, job.opt), *STATS_FLAGS)
+        flags = (*job.target.flags_for(text, job.opt), *STATS_FLAGS)
         key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(flags).encode(),
                                          version.encode()])).hexdigest()[:32]
         out = cache / f"{key}.vmfb"

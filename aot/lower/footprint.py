@@ -27,12 +27,12 @@ STATS_TIMEOUT_S = 300
 
 def device_memory(manifest: Manifest, sources: Path, weights: Path | None, cache: Path) -> tuple[DeviceMemory, ...]:
     sizes = _parameter_sizes(weights)
+    boundary = dict(manifest.boundary_tensors)
     per_driver: dict[str, list[int]] = {}
     for r in manifest.regions:
         text = (sources / f"{r.name}.mlir").read_bytes()
         params = sum(sizes.get(k.decode(), 0) for k in set(_PARAMETER.findall(text)))
-        outputs = sum(manifest.boundary(v).bytes or 0 for v in r.outputs
-                      if v in dict(manifest.boundary_tensors))
+        outputs = sum(boundary[v].bytes or 0 for v in r.outputs if v in boundary)
         totals = per_driver.setdefault(manifest.driver(r), [0, 0, 0])
         for i, n in enumerate((params, outputs, _transient_bytes(r, text, cache))):
             totals[i] += n
@@ -64,7 +64,7 @@ def _transient_bytes(region: RegionEntry, text: bytes, cache: Path) -> int:
     cached = cache / "transients" / f"{region.sha256}.txt"
     if cached.exists():
         return int(cached.read_text())
-    flags = region.target.compile_flags(b",f64>" in text, region.flags or None)
+    flags = region.target.flags_for(text, region.flags or None)
     argv = [iree_compile_path(), "-", *flags, "--compile-to=stream", "--iree-scheduling-dump-statistics-format=csv",
             "--iree-scheduling-dump-statistics-file=-", "-o", "/dev/null"]
     proc = subprocess.run(argv, input=text, capture_output=True, timeout=STATS_TIMEOUT_S)

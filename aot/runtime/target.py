@@ -104,6 +104,10 @@ class Target:
         other models (MTCNN) do not legalize on the host VM."""
         return (*self._device_flags(keep_f64), *(self.default_opt_flags if opt is None else opt))
 
+    def flags_for(self, mlir: bytes, opt: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """``compile_flags`` for one region's MLIR text: f64 is kept when it has a float64 tensor type."""
+        return self.compile_flags(b",f64>" in mlir, opt)
+
     def _device_flags(self, keep_f64: bool) -> tuple[str, ...]:
         f64 = ("--iree-input-demote-f64-to-f32=false",) if keep_f64 else ()
         # IREE 3.13 hoists a constant expression such as dequantizing int8 weights (i8 -> f32, 4x

@@ -152,7 +152,7 @@ def _region_args(bundle: Path, manifest: Manifest, seed: int) -> dict[str, list[
     values: dict[str, Any] = dict(random_inputs(manifest.inputs, seed=seed))
     args = {}
     with Session(bundle, manifest) as session:
-        for r in (next(x for x in manifest.regions if x.name == n) for n in manifest.schedule):
+        for r in map(manifest.region, manifest.schedule):
             args[r.name] = [values[v] for v in r.inputs]
             values.update(zip(r.outputs, session.run_region(r.name, args[r.name])))
     return args
@@ -175,7 +175,7 @@ def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -
     """The HAL calls in the region function's VM code (``FN$async``): what runs on every call.
     Recording shows up as ``command_buffer.dispatch``; replay as one ``device.queue.execute.indirect``."""
     opt = (*(region.flags or region.target.default_opt_flags), *extra)
-    argv = [iree_compile_path(), str(mlir), *region.target.compile_flags(b",f64>" in mlir.read_bytes(), opt),
+    argv = [iree_compile_path(), str(mlir), *region.target.flags_for(mlir.read_bytes(), opt),
             "--compile-to=vm", "-o", "-"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     if proc.returncode != 0:
