@@ -94,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     rb.add_argument("--calls", type=int, default=30, help="steady-state calls per session")
     rb.set_defaults(func=_cmd_bench_replay)
 
+    ov = sub.add_parser("bench-overlap", help="regions on different devices run at the same time (a lane per "
+                                              "device) vs one after another, medians in one process")
+    ov.add_argument("bundle", nargs="?", help="the bundle, or the directory given to `aot build -o` (default: build "
+                                              "the two-branch example into artifacts/bench/overlap)")
+    ov.add_argument("--iterations", type=int, default=30)
+    ov.set_defaults(func=_cmd_bench_overlap)
+
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
@@ -347,6 +354,15 @@ def _cmd_bench_replay(args: argparse.Namespace) -> int:
     from aot.tools import replay
 
     print(replay.bench(Path(args.out), args.trials, args.calls).text())
+    return 0
+
+
+def _cmd_bench_overlap(args: argparse.Namespace) -> int:
+    from aot.tools import overlap
+
+    bundle = Path(args.bundle) if args.bundle else overlap.build_example(
+        Path("artifacts/bench/overlap"), lambda s: print(s, file=sys.stderr))
+    print(overlap.bench(bundle, args.iterations).text())
     return 0
 
 

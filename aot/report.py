@@ -65,12 +65,18 @@ def coverage_line(cov: CoverageRecord | None) -> str:
     return f"coverage: {cov.supported}/{cov.total} nodes supported on {cov.target}, {pct:.1f}%"
 
 
+def overlap_line(m: Manifest) -> str:
+    if not m.overlap:
+        return "overlap: none (no two regions on different devices are independent)"
+    return "overlap: " + ", ".join(f"{a} || {b}" for a, b in m.overlap) + " (run at the same time, one lane per device)"
+
+
 def text(m: Manifest) -> str:
     part = m.partition
     total_nodes = sum(len(r.nodes) for r in m.regions)
     lines = [f"model {m.model.name!r}  sha256 {m.model.sha256[:12]}  {_origin(m)}",
              f"{total_nodes} nodes in {len(m.regions)} region(s); schedule: {' -> '.join(m.schedule)}",
-             coverage_line(part.coverage)]
+             overlap_line(m), coverage_line(part.coverage)]
     for row in part.coverage.unsupported if part.coverage else ():
         lines.append(f"  unsupported {row.op} x{row.count}: {row.reason}")
     lines.append("")
@@ -266,7 +272,7 @@ def html_page(m: Manifest) -> str:
 .pic{{overflow:auto;border:1px solid #ccc}}</style></head><body>
 <h1>aot report: {esc(m.model.name)}</h1>
 <p>{esc(coverage_line(part.coverage))}; {sum(len(r.nodes) for r in m.regions)} nodes in {len(m.regions)} region(s);
-schedule {esc(' → '.join(m.schedule))}; policy {esc(part.policy)}, select {esc(part.select)}.</p>
+schedule {esc(' → '.join(m.schedule))}; {esc(overlap_line(m))}; policy {esc(part.policy)}, select {esc(part.select)}.</p>
 {gate_html}
 <h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
 <h2>Unsupported operators</h2>{f'<table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>' if unsupported else '<p>none: every node is supported by the accelerator target</p>'}

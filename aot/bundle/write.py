@@ -23,6 +23,7 @@ from aot.lower.importer import PARAMS_SCOPE
 from aot.lower.outline import OutlinedRegion
 from aot.partition.cost import RegionEstimate
 from aot.partition.plan import Plan
+from aot.runtime import lanes
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import (BoundaryTensor, ConstantInput, GraphNode, Manifest, ModelInfo, PartitionRecord,
                                   RegionEntry, TensorSig, Weights)
@@ -85,6 +86,9 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
                    ("iree-base-runtime", version("iree-base-runtime")), ("onnx", version("onnx")),
                    *source.versions),
         index_ops=source.index_ops,
+        overlap=lanes.overlapping(plan.schedule, lanes.waits({o.name: o.inputs for o in outlined},
+                                                             {o.name: o.outputs for o in outlined}),
+                                  {c.region: c.target.driver for c in compiled}),
     )
 
 

@@ -27,7 +27,8 @@ class BucketedSession:
     ``run_batch`` for many requests at once. Calls are serialised (one device queue each)."""
 
     def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
-                 devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None) -> None:
+                 devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None,
+                 overlap: bool = True) -> None:
         assert manifest.shapes is not None
         self.manifest = manifest
         self.shapes = manifest.shapes
@@ -44,7 +45,7 @@ class BucketedSession:
         try:
             for b, m in zip(self.shapes.buckets, manifests):
                 self.sessions[b.sizes] = Session(bundle, m, check_device=check_device, devices=self._devices,
-                                                 check_memory=False)
+                                                 check_memory=False, overlap=overlap)
         except Exception:
             self.close()
             raise

@@ -14,13 +14,15 @@ from .session import Devices, Session
 
 def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True,
          devices: "Devices | None" = None, device_memory: "str | Mapping[str, int] | None" = None,
-         ) -> "Session | BucketedSession":
+         overlap: bool = True) -> "Session | BucketedSession":
     """Open the bundle (its directory, or the build directory holding it as ``bundle/``): create
     each device once, load the weights and every module once per device. ``expect_sha256`` (from
     a generated stub) guards against a stub/bundle mismatch. ``devices``: share that instance and
     its devices with the other sessions using it (see ``Registry``). ``device_memory``: the bytes
     each device may use (``"vulkan=2GiB"`` or ``{"vulkan": 2 << 30}``; default ``$AOT_DEVICE_MEMORY``,
-    else what each device reports); a bundle that needs more fails before any device opens."""
+    else what each device reports); a bundle that needs more fails before any device opens.
+    ``overlap=False``: run regions one after another even where the manifest lets regions on
+    different devices run at the same time."""
     bundle = mf.bundle_dir(bundle_dir)
     manifest = mf.read(bundle)
     if expect_sha256 is not None and manifest.model.sha256 != expect_sha256:
@@ -29,5 +31,7 @@ def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_devi
     limits = memory.configured_limits(device_memory) if isinstance(device_memory, str) or device_memory is None \
         else dict(device_memory)
     if manifest.shapes is not None:
-        return BucketedSession(bundle, manifest, check_device=check_device, devices=devices, memory_limits=limits)
-    return Session(bundle, manifest, check_device=check_device, devices=devices, memory_limits=limits)
+        return BucketedSession(bundle, manifest, check_device=check_device, devices=devices, memory_limits=limits,
+                               overlap=overlap)
+    return Session(bundle, manifest, check_device=check_device, devices=devices, memory_limits=limits,
+                   overlap=overlap)

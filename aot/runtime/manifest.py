@@ -400,6 +400,7 @@ class Manifest:
     index_ops: tuple[IndexOp, ...] = ()
     shapes: Shapes | None = None                 # symbolic dimensions and their buckets (runtime/shapes.py)
     memory: tuple[DeviceMemory, ...] = ()        # per device, what one run holds (runtime/memory.py)
+    overlap: tuple[tuple[str, str], ...] = ()    # regions on different devices that may run at once (lanes.py)
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
@@ -450,6 +451,8 @@ class Manifest:
             d["shapes"] = self.shapes.to_json()
         if self.memory:
             d["memory"] = [m.to_json() for m in self.memory]
+        if self.overlap:
+            d["overlap"] = [list(pair) for pair in self.overlap]
         return d
 
     @classmethod
@@ -479,9 +482,12 @@ class Manifest:
             tuple(map(IndexOp.from_json, d.get("index_ops", []))),
             _optional(Shapes.from_json, d.get("shapes")),
             tuple(map(DeviceMemory.from_json, d.get("memory", []))),
+            tuple((str(a), str(b)) for a, b in d.get("overlap", [])),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")
+        if {r for pair in m.overlap for r in pair} - set(m.schedule):
+            raise ValueError("overlap names a region the schedule does not")
         return m
 
     def validate(self, bundle: Path) -> None:

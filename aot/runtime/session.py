@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import manifest as mf
-from . import memory
+from . import lanes, memory
 from .manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
@@ -53,11 +53,12 @@ class Session:
     ``Session(dir, manifest)`` opens files the manifest names inside ``dir``: the build verifies
     and measures staged candidates this way before it publishes one. ``check_device=False`` skips
     the compiled-for vs opened device check (verification only: it wants to see what a mismatched
-    module really computes)."""
+    module really computes). ``overlap=False`` runs the schedule in order even where the manifest
+    says regions on different devices may run at the same time (runtime/lanes.py)."""
 
     def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
                  devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None,
-                 check_memory: bool = True) -> None:
+                 check_memory: bool = True, overlap: bool = True) -> None:
         import iree.runtime as rt
 
         if check_memory and manifest.memory:
@@ -86,6 +87,11 @@ class Session:
             self._by_driver.setdefault(manifest.driver(r), []).append(r)
         self._driver_of = {r.name: manifest.driver(r) for r in manifest.regions}
         self._modules_of: dict[str, list[Any]] = {}
+        # A lane per device, only when some regions on different devices may overlap.
+        self._lanes = (lanes.LaneRunner(lanes.lanes(manifest.schedule, self._driver_of),
+                                        lanes.waits({r.name: r.inputs for r in manifest.regions},
+                                                    {r.name: r.outputs for r in manifest.regions}))
+                       if overlap and manifest.overlap else None)
         self.load_retries = 0
         self.reopened = 0   # lavapipe devices lost during a run and opened again (see run)
         try:
@@ -199,8 +205,11 @@ class Session:
     def _run_schedule(self, checked: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         values: dict[str, tuple[str | None, Any]] = {name: (None, arr) for name, arr in checked.items()}
         try:
-            for name in self._schedule:
-                self._run_region(name, values)
+            if self._lanes is not None:
+                self._lanes.run(lambda name: self._run_region(name, values))
+            else:
+                for name in self._schedule:
+                    self._run_region(name, values)
             self._check_guards(values)
             return tuple(self._to_numpy(values[o.name], o.dtype) for o in self._outputs)
         finally:
@@ -298,6 +307,8 @@ class Session:
     def close(self) -> None:
         """Release in dependency order: invokers, contexts and modules before their devices
         (a different teardown order at interpreter exit segfaults)."""
+        if self._lanes is not None:
+            self._lanes.close()
         self._invokers.clear()
         self._contexts.clear()
         self._modules.clear()
