@@ -154,6 +154,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                    help="what padding up to a bucket fills INPUT with (default 0)")
     p.add_argument("--accept-padding", action="append", default=[], metavar="SYMBOL=MAX_ABS_DIFF",
                    help="keep a ladder whose padding changes results by up to this much (measured per bucket)")
+    p.add_argument("--fallback", choices=("none", "dynamic"), default=D.fallback,
+                   help="dynamic: also compile the whole model for the host with its symbolic dimensions "
+                        "dynamic, to serve a call past the largest bucket along a non-batch dimension")
     p.add_argument("--example-input", action="append", default=[], metavar="NAME=1x3x224x224[:DTYPE]",
                    help="a PyTorch model (MODEL given as pkg.module:factory or file.py:factory): one per "
                         "forward argument, in order; the module is exported for these static shapes")
@@ -231,6 +234,7 @@ def _build_options(args: argparse.Namespace):
         batch_buckets=args.batch_buckets,
         dim_ladders=tuple(parse_pair(d, "--dim", "SYMBOL=1,2,4") for d in args.dim),
         pad_values=tuple(parse_number(v, "--pad-value", "INPUT=0") for v in args.pad_value),
+        fallback=args.fallback,
         padding_tolerances=tuple(parse_number(v, "--accept-padding", "SYMBOL=0.01") for v in args.accept_padding))
 
 

@@ -36,6 +36,7 @@ class BuildOptions:
     dim_ladders: tuple[tuple[str, str], ...] = ()       # (symbol, ladder): other dimensions (or the batch's)
     pad_values: tuple[tuple[str, float], ...] = ()      # (input, value) padding fills with; default 0
     padding_tolerances: tuple[tuple[str, float], ...] = ()  # (symbol, max abs diff) accepted from padding
+    fallback: str = "none"                   # "dynamic": also a host module with the symbolic dims dynamic
     # Partitioning
     min_compute: int = 2                     # accelerator regions with fewer compute nodes go to the host
     policy: str = "greedy"                   # a registered policy (partition/policies.py): greedy, depth

@@ -162,6 +162,11 @@ def buckets_text(m: Manifest) -> str:
                            + (f" (accepted up to {c.accepted_tolerance:g})" if c.accepted_tolerance is not None else "")
                            for c in b.checks) or "no padding to check"
         lines.append(f"  bucket {b.label}: {checks}")
+    f = m.shapes.fallback
+    lines.append("  past the largest bucket along a non-batch dimension: " + (
+        "an error (no --fallback dynamic)" if f is None else
+        f"the dynamic host module, checked at {', '.join(f'{s}={n}' for s, n in f.checked)} "
+        f"(max abs diff {f.max_abs_diff:.3g})"))
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aot import pipeline
-from aot.buckets import padding
+from aot.buckets import fallback, padding
 from aot.buckets.dims import plan_dims, with_sizes
 from aot.bundle.write import Staged, link_or_copy, publish_bundle
 from aot.frontend.symbols import symbolic_inputs
@@ -57,14 +57,15 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
                                dict(options.padding_tolerances), progress)
         built.append(BuiltBucket(sizes, result, checks))
     try:
-        bundle = _merge(built, dims, options, ws)
+        bundle = _merge(model, built, dims, options, ws, progress)
     finally:
         ws.discard_staging()
     progress(f"publish  {bundle.path} ({len(built)} bucket(s))")
     return BuildResult(bundle, built[0].result.plan, tuple(t for b in built for t in b.result.timings))
 
 
-def _merge(built: list[BuiltBucket], dims: tuple[Dim, ...], options: BuildOptions, ws: Workspace):
+def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options: BuildOptions, ws: Workspace,
+           progress: Progress):
     staging = ws.staging("buckets")
     first = built[0].result.bundle
     shared = first.manifest.weights
@@ -82,7 +83,12 @@ def _merge(built: list[BuiltBucket], dims: tuple[Dim, ...], options: BuildOption
             m = dataclasses.replace(m, weights=dataclasses.replace(m.weights, path=own))
         path = m.write(staging, f"buckets/b{i}.json")
         buckets.append(Bucket(b.sizes, f"buckets/b{i}.json", file_sha256(path), b.checks))
-    top = dataclasses.replace(first.manifest, shapes=Shapes(dims, tuple(buckets), options.pad_values))
+    dynamic = None
+    if options.fallback == "dynamic" and any(not d.batch for d in dims):
+        dynamic = fallback.build(model, first.manifest, dims, options, ws, staging, progress)
+    elif options.fallback == "dynamic":
+        progress("fallback none needed: every symbolic dimension is a batch, which runs in chunks past its ladder")
+    top = dataclasses.replace(first.manifest, shapes=Shapes(dims, tuple(buckets), options.pad_values, dynamic))
     return publish_bundle(Staged(staging, top, built[0].result.plan), ws.bundle)
 
 

@@ -11,6 +11,8 @@ from aot.errors import ImporterError
 from aot.frontend.load import ModelSource
 
 if TYPE_CHECKING:
+    import onnx
+
     from aot.frontend.torch.export import TorchSource
 
 PARAMS_SCOPE = "model"
@@ -28,6 +30,12 @@ class ImportedModule:
 
 def import_model(source: ModelSource, params_path: Path) -> ImportedModule:
     """Run IREE's ONNX importer; write the parameter archive to ``params_path`` atomically."""
+    return import_onnx(source.model, source.name, source.path.parent, params_path)
+
+
+def import_onnx(model: "onnx.ModelProto", name: str, data_dir: Path, params_path: Path) -> ImportedModule:
+    """``import_model`` of a bare ONNX model (``data_dir``: where its external data lies). Symbolic
+    dimensions stay dynamic (``?``): the dynamic fallback module is imported this way."""
     from iree.compiler import ir
     from iree.compiler.extras import onnx_importer
     from iree.compiler.tools.import_onnx.importer_externalization_overrides import IREENodeImporter, ParamData
@@ -35,10 +43,10 @@ def import_model(source: ModelSource, params_path: Path) -> ImportedModule:
     tmp = params_path.with_name(params_path.name + f".tmp{os.getpid()}")
     try:
         context = ir.Context()
-        info = onnx_importer.ModelInfo(source.model)
+        info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=context).operation
         param_data = ParamData(param_bit_threshold=None, num_elements_threshold=INLINE_MAX_ELEMENTS,
-                               params_scope=PARAMS_SCOPE, data_dir=str(source.path.parent),
+                               params_scope=PARAMS_SCOPE, data_dir=str(data_dir),
                                param_path=str(tmp), input_index_threshold=None)
         imp = IREENodeImporter.define_function(info.main_graph, module, param_data)
         imp.import_all()
@@ -47,11 +55,11 @@ def import_model(source: ModelSource, params_path: Path) -> ImportedModule:
         text = module.get_asm(enable_debug_info=True)
     except Exception as e:
         tmp.unlink(missing_ok=True)
-        raise ImporterError(f"IREE's ONNX importer failed on {source.name!r}: {type(e).__name__}: {e}",
+        raise ImporterError(f"IREE's ONNX importer failed on {name!r}: {type(e).__name__}: {e}",
                             hint="the model may use an op or attribute the importer does not handle; "
                                  "try iree-import-onnx on it to see the full error") from e
     os.replace(tmp, params_path)
-    return ImportedModule(text, params_path, source.model.graph.name)
+    return ImportedModule(text, params_path, model.graph.name)
 
 
 def import_source(source: "ModelSource | TorchSource", params_path: Path) -> ImportedModule:

@@ -42,10 +42,14 @@ class BucketedSession:
         records = [m.memory for m in manifests if m.memory]
         # Every bucket stays loaded, each with its own modules and weights: the device must hold them all.
         memory.preflight(memory.needs(records), memory_limits)
+        self.fallback: Session | None = None   # the dynamic host module (``--fallback dynamic``)
         try:
             for b, m in zip(self.shapes.buckets, manifests):
                 self.sessions[b.sizes] = Session(bundle, m, check_device=check_device, devices=self._devices,
                                                  check_memory=False, overlap=overlap)
+            if self.shapes.fallback is not None:
+                self.fallback = Session(bundle, mf.read_fallback(bundle, self.shapes.fallback),
+                                        check_device=check_device, devices=self._devices, check_memory=False)
         except Exception:
             self.close()
             raise
@@ -79,13 +83,17 @@ class BucketedSession:
         sizes = sh.sizes_of(self.shapes, checked)
         over = [d for d in self.shapes.dims if sizes[d.symbol] > d.largest]
         if over:
-            d = over[0]
+            d = next((d for d in over if not d.batch), over[0])
+            if not d.batch and self.fallback is not None:
+                # Every symbolic dimension is dynamic in the fallback: the call runs as it is.
+                return self.fallback.run_checked(checked)
             if not d.batch:
                 use = d.inputs[0]
                 raise RuntimeInputError(
                     f"input {use.tensor!r} axis {use.axis} ({d.symbol!r}) is {sizes[d.symbol]}; the largest "
                     f"bucket compiled for it is {d.largest}",
-                    hint=f"rebuild with a ladder reaching {sizes[d.symbol]} (--dim {d.symbol}=...)")
+                    hint=f"rebuild with a ladder reaching {sizes[d.symbol]} (--dim {d.symbol}=...), or with "
+                         f"--fallback dynamic for a host module that takes any size")
             # Along a batch axis: the largest bucket's worth at a time, the last chunk padded.
             parts = [self._run_checked(sh.take(d.inputs, checked, part))
                      for part in sh.chunks(sizes[d.symbol], d.largest)]
@@ -138,9 +146,10 @@ class BucketedSession:
 
     def close(self) -> None:
         """Every bucket's session, then the devices they shared (when this session opened them)."""
-        for s in self.sessions.values():
+        for s in [*self.sessions.values(), *filter(None, [self.fallback])]:
             s.close()
         self.sessions.clear()
+        self.fallback = None
         if self._own_devices:
             self._devices.close()
 

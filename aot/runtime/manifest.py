@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .errors import BundleError
 from .memory import DeviceMemory
-from .shapes import Bucket, Shapes
+from .shapes import Bucket, Fallback, Shapes
 from .signature import TensorSig
 from .target import Target
 
@@ -498,6 +498,8 @@ class Manifest:
             raise BundleError(f"bundle {str(bundle)!r} lacks its weights {self.weights.path!r}", hint="rebuild it")
         for bucket in self.shapes.buckets[1:] if self.shapes else ():
             read_bucket(bundle, bucket)
+        if self.shapes is not None and self.shapes.fallback is not None:
+            read_fallback(bundle, self.shapes.fallback)
 
     def write(self, bundle: Path, name: str = MANIFEST) -> Path:
         """Write ``bundle/manifest.json`` (or another ``name``) atomically: a reader never sees half a manifest."""
@@ -532,8 +534,16 @@ def read(bundle: str | Path) -> Manifest:
 
 def read_bucket(bundle: Path, bucket: Bucket) -> Manifest:
     """The manifest of one bucket's region modules, checked like the bundle's own."""
-    path = checked_member(bundle, bucket.manifest, bucket.sha256 or "",
-                          f"{bucket.manifest!r}, the manifest of bucket {bucket.label},")
+    return _read_member(bundle, bucket.manifest, bucket.sha256 or "", f"bucket {bucket.label}")
+
+
+def read_fallback(bundle: Path, fallback: Fallback) -> Manifest:
+    """The manifest of the dynamic fallback module, checked like the bundle's own."""
+    return _read_member(bundle, fallback.manifest, fallback.sha256, "the dynamic fallback")
+
+
+def _read_member(bundle: Path, rel: str, sha256: str, what: str) -> Manifest:
+    path = checked_member(bundle, rel, sha256, f"{rel!r}, the manifest of {what},")
     manifest = _parse_file(path)
     manifest.validate(bundle)
     return manifest

@@ -180,9 +180,15 @@ class Session:
         fence wait, seen about once in a full test run on 2 busy cores); a fresh device runs the
         same call correctly. So a lavapipe device lost mid-run is opened again and the call runs
         once more from its inputs; a second loss, or a loss on any other device, is raised."""
+        return self.run_checked(check_inputs(self._inputs, inputs))
+
+    def run_checked(self, checked: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """``run`` of inputs whose names, dtypes and shapes were checked already (a bucketed
+        session's checks; its dynamic fallback takes sizes no static signature lists). Index
+        ranges are checked here."""
         if not self._invokers:
             raise BundleError("this session is closed")
-        checked = self.check(inputs)
+        check_index_inputs(self._checked_indices, checked)
         try:
             return self._run_schedule(checked)
         except DeviceLostError as lost:

@@ -115,10 +115,32 @@ class Bucket:
 
 
 @dataclass(frozen=True, slots=True)
+class Fallback:
+    """The whole model compiled for the host with its symbolic dimensions left dynamic
+    (``--fallback dynamic``): it serves a call past the largest bucket along a non-batch
+    dimension. The build ran it at the ``checked`` sizes against onnxruntime."""
+
+    manifest: str                           # its manifest in the bundle
+    sha256: str                             # of that file
+    checked: tuple[tuple[str, int], ...]    # (symbol, size) of the build's check
+    max_abs_diff: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest": self.manifest, "sha256": self.sha256, "checked": dict(self.checked),
+                "max_abs_diff": self.max_abs_diff}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Fallback":
+        return cls(str(d["manifest"]), str(d["sha256"]), tuple((str(k), int(v)) for k, v in d["checked"].items()),
+                   float(d["max_abs_diff"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Shapes:
     dims: tuple[Dim, ...]
     buckets: tuple[Bucket, ...]                  # buckets[0] is the one manifest.json itself describes
     pad_values: tuple[tuple[str, float], ...]    # input -> what padding fills it with (default 0)
+    fallback: Fallback | None = None             # the dynamic host module, when one was built
 
     def dim(self, symbol: str) -> Dim:
         return next(d for d in self.dims if d.symbol == symbol)
@@ -127,13 +149,15 @@ class Shapes:
         return dict(self.pad_values).get(tensor, 0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"dims": [d.to_json() for d in self.dims], "buckets": [b.to_json() for b in self.buckets],
-                "pad_values": dict(self.pad_values)}
+        d = {"dims": [d.to_json() for d in self.dims], "buckets": [b.to_json() for b in self.buckets],
+             "pad_values": dict(self.pad_values)}
+        return d if self.fallback is None else {**d, "fallback": self.fallback.to_json()}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Shapes":
         shapes = cls(tuple(map(Dim.from_json, d["dims"])), tuple(map(Bucket.from_json, d["buckets"])),
-                     tuple((str(k), float(v)) for k, v in d.get("pad_values", {}).items()))
+                     tuple((str(k), float(v)) for k, v in d.get("pad_values", {}).items()),
+                     None if d.get("fallback") is None else Fallback.from_json(d["fallback"]))
         symbols = [x.symbol for x in shapes.dims]
         for b in shapes.buckets:
             if sorted(dict(b.sizes)) != sorted(symbols):

@@ -1,0 +1,96 @@
+"""`--fallback dynamic`: the whole model compiled for the host with its symbolic dimensions left
+dynamic, for calls past the largest bucket along a dimension that cannot run in chunks.
+
+    raw ONNX -> IREE importer (dims stay ``?``) -> llvm-cpu module -> check vs onnxruntime -> staged
+
+The module is imported from the model as given, not from the partitioner's folded graph (folding
+and shape inference need static shapes), so it has its own weights archive. The build runs it at
+one size past every non-batch ladder and refuses it when it differs from onnxruntime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from aot.bundle.write import link_or_copy
+from aot.checks import reference
+from aot.checks.compare import within
+from aot.errors import ModelError
+from aot.lower.compile import CompileJob, compile_all
+from aot.lower.importer import PARAMS_SCOPE, import_onnx
+from aot.options import BuildOptions
+from aot.partition.support import HOST
+from aot.runtime import shapes as sh
+from aot.runtime.manifest import Manifest, RegionEntry, Weights, file_sha256
+from aot.runtime.session import Session
+from aot.runtime.shapes import Dim, Fallback
+from aot.workspace import Workspace
+
+REGION = "dynamic"
+MANIFEST = "buckets/dynamic.json"
+
+
+class FallbackError(ModelError):
+    """The dynamic fallback module cannot be built, or computes something else than onnxruntime."""
+
+
+def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOptions, ws: Workspace,
+          staging: Path, progress: Callable[[str], None]) -> Fallback:
+    """Compile, stage and check the fallback module; its manifest goes to ``staging/MANIFEST``."""
+    if options.constant_inputs:
+        raise FallbackError("--fallback dynamic imports the model as given and cannot bake --const-input values in",
+                            hint="drop --const-input, or build without --fallback dynamic")
+    if any(op.status == "guarded" for op in first.index_ops):
+        raise FallbackError("the model computes indices inside the graph, which the bucket builds guard; the "
+                            "dynamic fallback module would run them unguarded",
+                            hint="build without --fallback dynamic; calls past the largest bucket get a clear error")
+    folder = ws.build / REGION
+    folder.mkdir(parents=True, exist_ok=True)
+    # The importer types every value from the model's value_info, as iree-import-onnx does after
+    # ONNX shape inference; symbolic dimensions stay symbolic.
+    proto = onnx.shape_inference.infer_shapes(onnx.load(str(model)), data_prop=True)
+    imported = import_onnx(proto, model.name, model.parent, folder / "weights.irpa")
+    mlir = folder / f"{REGION}.mlir"
+    mlir.write_text(imported.mlir)
+    (compiled,) = compile_all([CompileJob(REGION, mlir, options.host)], ws.cache,
+                              accel_timeout=options.accel_compile_timeout, fallback=None)
+    module, weights = f"modules/{REGION}/{REGION}.vmfb", f"weights/{REGION}.irpa"
+    for src, dst in ((compiled.vmfb, module), (imported.params_path, weights)):
+        (staging / dst).parent.mkdir(parents=True, exist_ok=True)
+        link_or_copy(src, staging / dst)
+    region = RegionEntry(REGION, compiled.target, HOST, module, imported.func_name,
+                         tuple(s.name for s in first.inputs), tuple(o.name for o in first.outputs),
+                         tuple(n.name for n in first.graph), 0, 0, 0.0, compiled.sha256, None)
+    manifest = dataclasses.replace(
+        first, regions=(region,), schedule=(REGION,), weights=Weights(weights, PARAMS_SCOPE, file_sha256(staging / weights)),
+        boundary_tensors=(), memory=(), overlap=(), shapes=None, verification=None,
+        index_ops=tuple(op for op in first.index_ops if op.status == "checked"))
+    checked, diff = _check(model, staging, manifest, dims)
+    progress(f"fallback dynamic host module: {', '.join(f'{s}={n}' for s, n in checked)} matches onnxruntime "
+             f"(max abs diff {diff:.3g})")
+    path = manifest.write(staging, MANIFEST)
+    return Fallback(MANIFEST, file_sha256(path), checked, diff)
+
+
+def _check(model: Path, staging: Path, manifest: Manifest, dims: tuple[Dim, ...]) -> tuple[tuple[tuple[str, int], ...], float]:
+    """Run the module one past every non-batch ladder (batch dimensions at their smallest rung)."""
+    sizes = {d.symbol: d.sizes[0] if d.batch else d.largest + 1 for d in dims}
+    inputs = reference.random_inputs(sh.resized(manifest.inputs, dims, sizes), seed=0)
+    names = [o.name for o in manifest.outputs]
+    with Session(staging, manifest, check_memory=False) as session:
+        got = session.run_checked(inputs)
+    expected = reference.outputs(model, inputs, names, manifest)
+    results = [(n, *within(np.asarray(g), e)) for n, g, e in zip(names, got, expected)]
+    diff = max(r[2] for r in results)
+    bad = [r for r in results if not r[1]]
+    if bad:
+        raise FallbackError(f"the dynamic fallback module differs from onnxruntime at "
+                            f"{', '.join(f'{s}={n}' for s, n in sizes.items())}: output {bad[0][0]!r} by "
+                            f"{bad[0][2]:.3g} (max abs)",
+                            hint="build without --fallback dynamic; calls past the largest bucket get a clear error")
+    return tuple(sizes.items()), diff
