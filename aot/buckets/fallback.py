@@ -4,8 +4,10 @@ dynamic, for calls past the largest bucket along a dimension that cannot run in 
     raw ONNX -> IREE importer (dims stay ``?``) -> llvm-cpu module -> check vs onnxruntime -> staged
 
 The module is imported from the model as given, not from the partitioner's folded graph (folding
-and shape inference need static shapes), so it has its own weights archive. The build runs it at
-one size past every non-batch ladder and refuses it when it differs from onnxruntime.
+and shape inference need static shapes). It reads the parameters the buckets' ``weights.irpa``
+holds byte for byte from there; the few that folding changed go to an archive of its own. The
+build runs it at one size past every non-batch ladder and refuses it when it differs from
+onnxruntime.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from aot.workspace import Workspace
 
 REGION = "dynamic"
 MANIFEST = "buckets/dynamic.json"
+SCOPE = "dynamic"                 # the parameters the buckets' archive does not hold
+WEIGHTS = "weights/dynamic.irpa"
 
 
 class FallbackError(ModelError):
@@ -55,19 +59,21 @@ def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOpt
     # ONNX shape inference; symbolic dimensions stay symbolic.
     proto = onnx.shape_inference.infer_shapes(onnx.load(str(model)), data_prop=True)
     imported = import_onnx(proto, model.name, model.parent, folder / "weights.irpa")
+    shared = None if first.weights is None else staging / first.weights.path
+    text, own = _share_weights(imported.mlir, imported.params_path, shared)
+    archives = _archives(first, own, staging)
     mlir = folder / f"{REGION}.mlir"
-    mlir.write_text(imported.mlir)
+    mlir.write_text(text)
     (compiled,) = compile_all([CompileJob(REGION, mlir, options.host)], ws.cache,
                               accel_timeout=options.accel_compile_timeout, fallback=None)
-    module, weights = f"modules/{REGION}/{REGION}.vmfb", f"weights/{REGION}.irpa"
-    for src, dst in ((compiled.vmfb, module), (imported.params_path, weights)):
-        (staging / dst).parent.mkdir(parents=True, exist_ok=True)
-        link_or_copy(src, staging / dst)
+    module = f"modules/{REGION}/{REGION}.vmfb"
+    (staging / module).parent.mkdir(parents=True, exist_ok=True)
+    link_or_copy(compiled.vmfb, staging / module)
     region = RegionEntry(REGION, compiled.target, HOST, module, imported.func_name,
                          tuple(s.name for s in first.inputs), tuple(o.name for o in first.outputs),
                          tuple(n.name for n in first.graph), 0, 0, 0.0, compiled.sha256, None)
     manifest = dataclasses.replace(
-        first, regions=(region,), schedule=(REGION,), weights=Weights(weights, PARAMS_SCOPE, file_sha256(staging / weights)),
+        first, regions=(region,), schedule=(REGION,), weights=next(iter(archives), None), extra_weights=archives[1:],
         boundary_tensors=(), memory=(), overlap=(), shapes=None, verification=None,
         index_ops=tuple(op for op in first.index_ops if op.status == "checked"))
     checked, diff = _check(model, staging, manifest, dims)
@@ -75,6 +81,46 @@ def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOpt
              f"(max abs diff {diff:.3g})")
     path = manifest.write(staging, MANIFEST)
     return Fallback(MANIFEST, file_sha256(path), checked, diff)
+
+
+def _share_weights(mlir: str, params: Path, shared: Path | None) -> tuple[str, dict[str, bytes]]:
+    """The module's parameters that the buckets' archive holds byte for byte are read from it;
+    the others move to scope ``SCOPE``: the MLIR is rewritten for them and their bytes returned.
+    (Folding renames or reshapes few initializers: MiniLM shares 139 of its 140.)"""
+    import iree.runtime as rt
+
+    def entries(path: Path) -> dict[str, bytes]:
+        index = rt.ParameterIndex()
+        index.load(str(path))
+        return {k: (e.splat_pattern * (e.length // len(e.splat_pattern)) if e.is_splat else bytes(e.file_view))
+                for k, e in index.items()}
+
+    mine, theirs = entries(params), entries(shared) if shared is not None else {}
+    moved = {}
+    for key, data in mine.items():
+        if theirs.get(key) == data:
+            continue
+        token = f'#stream.parameter.named<"{PARAMS_SCOPE}"::"{key}">'
+        if token not in mlir:   # a name the MLIR printer escaped: keep every parameter in the own archive
+            return mlir.replace(f'#stream.parameter.named<"{PARAMS_SCOPE}"::', f'#stream.parameter.named<"{SCOPE}"::'), mine
+        mlir = mlir.replace(token, f'#stream.parameter.named<"{SCOPE}"::"{key}">')
+        moved[key] = data
+    return mlir, moved
+
+
+def _archives(first: Manifest, own: dict[str, bytes], staging: Path) -> tuple[Weights, ...]:
+    """The buckets' archive, then the fallback's own when it has parameters of its own."""
+    archives = () if first.weights is None else (first.weights,)
+    if not own:
+        return archives
+    import iree.runtime as rt
+
+    index = rt.ParameterIndex()
+    for key, data in own.items():
+        index.add_buffer(key, data)
+    (staging / WEIGHTS).parent.mkdir(parents=True, exist_ok=True)
+    index.create_archive_file(str(staging / WEIGHTS))
+    return (*archives, Weights(WEIGHTS, SCOPE, file_sha256(staging / WEIGHTS)))
 
 
 def _check(model: Path, staging: Path, manifest: Manifest, dims: tuple[Dim, ...]) -> tuple[tuple[tuple[str, int], ...], float]:

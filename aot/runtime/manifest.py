@@ -401,9 +401,15 @@ class Manifest:
     shapes: Shapes | None = None                 # symbolic dimensions and their buckets (runtime/shapes.py)
     memory: tuple[DeviceMemory, ...] = ()        # per device, what one run holds (runtime/memory.py)
     overlap: tuple[tuple[str, str], ...] = ()    # regions on different devices that may run at once (lanes.py)
+    extra_weights: tuple[Weights, ...] = ()      # archives of further scopes (the dynamic fallback's own)
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
+
+    @property
+    def archives(self) -> tuple[Weights, ...]:
+        """Every parameter archive the modules read, one per scope."""
+        return (*(() if self.weights is None else (self.weights,)), *self.extra_weights)
 
     def boundary(self, tensor: str) -> BoundaryTensor:
         return dict(self.boundary_tensors)[tensor]
@@ -453,6 +459,8 @@ class Manifest:
             d["memory"] = [m.to_json() for m in self.memory]
         if self.overlap:
             d["overlap"] = [list(pair) for pair in self.overlap]
+        if self.extra_weights:
+            d["extra_weights"] = [w.to_json() for w in self.extra_weights]
         return d
 
     @classmethod
@@ -483,6 +491,7 @@ class Manifest:
             _optional(Shapes.from_json, d.get("shapes")),
             tuple(map(DeviceMemory.from_json, d.get("memory", []))),
             tuple((str(a), str(b)) for a, b in d.get("overlap", [])),
+            tuple(map(Weights.from_json, d.get("extra_weights", []))),
         )
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")
@@ -494,8 +503,9 @@ class Manifest:
         """The files the manifest names are inside ``bundle``, present, and match their sha256."""
         for r in self.regions:
             checked_member(bundle, r.module, r.sha256, f"module {r.module!r} of region {r.name!r}")
-        if self.weights is not None and not safe_member(bundle, self.weights.path).is_file():
-            raise BundleError(f"bundle {str(bundle)!r} lacks its weights {self.weights.path!r}", hint="rebuild it")
+        for w in self.archives:
+            if not safe_member(bundle, w.path).is_file():
+                raise BundleError(f"bundle {str(bundle)!r} lacks its weights {w.path!r}", hint="rebuild it")
         for bucket in self.shapes.buckets[1:] if self.shapes else ():
             read_bucket(bundle, bucket)
         if self.shapes is not None and self.shapes.fallback is not None:

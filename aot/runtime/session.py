@@ -77,10 +77,11 @@ class Session:
         self._contexts: dict[str, Any] = {}
         self._modules: list[Any] = []
         self._invokers: dict[str, Any] = {}
-        self._params = None
-        if manifest.weights is not None:
-            self._params = rt.ParameterIndex()
-            self._params.load(str(mf.safe_member(bundle, manifest.weights.path)))
+        self._params: list[tuple[Any, str]] = []   # (parameter index, its scope) per archive
+        for w in manifest.archives:
+            index = rt.ParameterIndex()
+            index.load(str(mf.safe_member(bundle, w.path)))
+            self._params.append((index, w.scope))
         self._bundle = bundle
         self._by_driver: dict[str, list[RegionEntry]] = {}
         for r in manifest.regions:
@@ -147,9 +148,9 @@ class Session:
             device = (self._shared.device(rt, driver, regions, check_device, self.manifest) if self._shared
                       else _open_device(rt, driver, regions, check=check_device, manifest=self.manifest))
             modules = [rt.create_hal_module(self._instance, device)]
-            if params is not None:
-                provider = params.create_provider(scope=self.manifest.weights.scope)
-                modules.append(rt.create_io_parameters_module(self._instance, provider))
+            if params:
+                providers = [index.create_provider(scope=scope) for index, scope in params]
+                modules.append(rt.create_io_parameters_module(self._instance, *providers))
             loaded = [rt.VmModule.mmap(self._instance, str(mf.safe_member(bundle, r.module))) for r in regions]
             try:
                 return device, rt.VmContext(self._instance, modules=[*modules, *loaded]), loaded

@@ -83,3 +83,28 @@ def test_the_fallback_refuses_constant_inputs_it_could_not_bake_in(tmp_path):
     with pytest.raises(FallbackError, match="--const-input"):
         api.build(path, tmp_path / "out", options)
     assert not (tmp_path / "out" / "bundle").exists()   # nothing half-published
+
+
+def test_the_fallback_reads_the_buckets_weights_and_keeps_only_changed_ones_apart(tokens, tmp_path):
+    import iree.runtime as rt
+
+    from aot.buckets import fallback
+    from aot.runtime import manifest as mf
+
+    _, result = tokens
+    m = mf.read_fallback(result.bundle.path, result.bundle.manifest.shapes.fallback)
+    assert m.weights == result.bundle.manifest.weights and m.extra_weights == ()   # w1, w2 are the same bytes
+
+    def archive(path, entries):
+        index = rt.ParameterIndex()
+        for k, v in entries.items():
+            index.add_buffer(k, v)
+        index.create_archive_file(str(path))
+        return path
+
+    shared = archive(tmp_path / "shared.irpa", {"w": b"\1" * 8, "pos": b"\2" * 8})
+    own = archive(tmp_path / "own.irpa", {"w": b"\1" * 8, "pos": b"\3" * 16})
+    mlir = '%a = #stream.parameter.named<"model"::"w">\n%b = #stream.parameter.named<"model"::"pos">'
+    text, moved = fallback._share_weights(mlir, own, shared)
+    assert moved == {"pos": b"\3" * 16}
+    assert '"model"::"w"' in text and '"dynamic"::"pos"' in text and '"model"::"pos"' not in text
