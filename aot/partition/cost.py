@@ -11,7 +11,9 @@ from typing import Mapping
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
+from aot.partition import order
 from aot.partition.support import ACCEL, HOST
+from aot.runtime import lanes
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
 
@@ -134,5 +136,26 @@ def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphVie
             crossings.add((v, HOST))
     nbytes = sum(view.values[v].nbytes or 0 for v, _ in crossings)
     transfer = sum(model.transfer_us(view.values[v].nbytes or 0) for v, _ in crossings)
-    total = sum(t for _, t in compute) + transfer
+    total = _lanes_us(regions, owner, view, dict(compute)) + transfer
     return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
+
+
+def _lanes_us(regions: Mapping[str, tuple[str, tuple[str, ...]]], owner: Mapping[str, str], view: GraphView,
+              compute: Mapping[str, float]) -> float:
+    """Compute time as the runtime spends it: a lane per device, so regions on different devices
+    with no path between them overlap (runtime/lanes.py); a chain costs the sum of its regions."""
+    waits: dict[str, set[str]] = {name: set() for name in regions}
+    for node in view.nodes:
+        for v in node.inputs:
+            producer = view.producer(v)
+            if producer and owner[producer] != owner[node.name]:
+                waits[owner[node.name]].add(owner[producer])
+    edges: dict[str, set[str]] = {name: set() for name in regions}
+    for consumer, producers in waits.items():
+        for p in producers:
+            edges[p].add(consumer)
+    position = {n.name: i for i, n in enumerate(view.nodes)}
+    device = {name: dev for name, (dev, _) in regions.items()}
+    first_seen = {name: min((position[n] for n in nodes), default=0) for name, (_, nodes) in regions.items()}
+    schedule = order.schedule(device, edges, first_seen)
+    return lanes.finish_time(schedule, device, {r: tuple(w) for r, w in waits.items()}, compute)

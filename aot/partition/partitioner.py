@@ -1,4 +1,5 @@
-"""The one region-forming pipeline: label -> merge (policy) -> judge -> select -> gate -> order.
+"""The one region-forming pipeline: label -> merge (policy) -> judge -> select -> split for
+overlap -> gate -> order.
 
 Policies and support tables are data plugged into it; every step only moves nodes to the host,
 so the loop ends, and every plan it returns is validated.
@@ -12,6 +13,7 @@ from pathlib import Path
 from aot.frontend.graph import GraphView
 from aot.partition import order, policies, select
 from aot.partition.cost import CostModel, plan_cost
+from aot.partition.overlap import split_for_overlap
 from aot.partition.plan import Gate, Plan, Region, region_edges, validate
 from aot.partition.support import ACCEL, HOST, Label, Overrides, SupportTable, label
 
@@ -33,20 +35,26 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     cost = CostModel.load(options.accel_target, options.cost_params)
     labels = label(view, table, options.overrides)
     merge = policies.get(options.policy)
-    while True:
-        groups = merge(view, {n: lab.device for n, lab in labels.items()})
+
+    def moves_of(groups: list[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+        """Nodes the judgment or the selection sends to the host, and why."""
         moves = judge(groups, view, table) if table else {}
         if not moves:
             for i, why in select.rejected(groups, view, options.select, options.min_compute,
                                           options.threshold, cost).items():
                 moves.update({n: why for n in groups[i][1]})
         # A node the user forced onto the accelerator stays there whatever happens to its region.
-        moves = {n: why for n, why in moves.items()
-                 if labels[n].device == ACCEL and options.overrides.decide(view.node(n)) is None}
+        return {n: why for n, why in moves.items()
+                if labels[n].device == ACCEL and options.overrides.decide(view.node(n)) is None}
+
+    while True:
+        groups = merge(view, {n: lab.device for n, lab in labels.items()})
+        moves = moves_of(groups)
         if not moves:
             break
         labels.update({n: Label(HOST, why) for n, why in moves.items()})
-    reasons = {n: lab.reason for n, lab in labels.items() if lab.device == HOST}
+    groups, moved = split_for_overlap(groups, view, cost, lambda split: not moves_of(split))
+    reasons = {**{n: lab.reason for n, lab in labels.items() if lab.device == HOST}, **moved}
     plan = plan_from_groups(view, groups, reasons)
     if options.gate and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))

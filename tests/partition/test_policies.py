@@ -9,11 +9,13 @@ from hypothesis import given, settings, strategies as st
 
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView, Node, Value
-from aot.partition import depth, order
+from aot.partition import depth, order, overlap
 from aot.partition.cost import CostModel, node_flops, plan_cost
 from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate
 from aot.partition.select import MODES
+from aot.partition.support import Overrides
+from aot.runtime import lanes
 from conftest import graph
 from test_partition import labelled_dags
 
@@ -114,6 +116,27 @@ def test_cost_model_hand_computed(tmp_path):
     assert c.total_us == pytest.approx(60.08 + 5.8 + 28.0)
 
 
+def test_plan_cost_overlaps_independent_regions_on_different_devices(tmp_path):
+    params = {"host": {"gflops": 10.0, "gbps": 10.0, "call_overhead_us": 5.0},
+              "accelerators": {"default": {"device": {"gflops": 1000.0, "gbps": 100.0, "call_overhead_us": 20.0},
+                                           "link_gbps": 1.0, "hop_us": 10.0}}}
+    path = tmp_path / "devices.json"
+    path.write_text(json.dumps(params))
+    cost = CostModel.load("vulkan-spirv", path)
+    # x feeds two branches (a on the accelerator, b on the host) that an Add on the host joins.
+    nodes = [Node("a", "MatMul", ("x",), ("ya",), const_inputs=("w",)),
+             Node("b", "MatMul", ("x",), ("yb",), const_inputs=("w",)), Node("j", "Add", ("ya", "yb"), ("z",))]
+    values = {v: Value(v, "float32", (1, 100)) for v in ("x", "ya", "yb", "z")} | {"w": Value("w", "float32", (100, 100))}
+    view = GraphView.build(nodes, ["x"], ["z"], values)
+    apart = plan_cost({"a": ("accel", ("a",)), "b": ("host", ("b",)), "j": ("host", ("j",))}, view, cost)
+    times = dict(apart.compute_us)
+    # a || b, then j: the slower branch sets the pace, as the runtime's lanes run it.
+    assert apart.total_us == pytest.approx(max(times["a"], times["b"]) + times["j"] + apart.transfer_us)
+    # The join in b's region makes b wait for a: the same work in a chain.
+    joined = plan_cost({"a": ("accel", ("a",)), "bj": ("host", ("b", "j"))}, view, cost)
+    assert joined.total_us == pytest.approx(sum(t for _, t in joined.compute_us) + joined.transfer_us)
+
+
 def test_gate_rejects_a_partition_that_costs_more_than_all_host():
     # Tiny tensors: the hops cost more than the accelerator saves.
     plan = make_plan(graph([("a", "b"), ("b", "c"), ("c", "d")], op_types={"c": "TopK"}),
@@ -141,8 +164,6 @@ def test_gate_decision_survives_the_plan_file(tmp_path):
 @given(labelled_dags(), st.sampled_from(["greedy", "depth"]), st.sampled_from(MODES), st.integers(1, 3))
 def test_every_policy_and_selection_mode_yields_a_valid_plan(case, policy, mode, k):
     view, host = case
-    from aot.partition.support import Overrides
-
     plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, policy=policy, select=mode,
                                             threshold=k, overrides=Overrides(host_nodes=tuple(sorted(host)))))
     validate(plan, view)   # partition of the node set, acyclic, schedule topological
@@ -170,3 +191,40 @@ def test_rank_and_dtype_predicates():
     view = GraphView.build([deep], ["x"], ["y"], {"x": Value("x", "float64", (2,)), "y": Value("y", "float64", (2,))})
     assert "float64" in table.decide(deep, view).reason
     assert SupportTable.for_target("cuda").decide(deep, view).supported
+
+
+def _branches(n: int) -> GraphView:
+    """x feeds a MatMul branch ``a`` and a forced-host Mul branch ``b`` (the cost model times them
+    alike at n=512); an Add joins them and a Softmax follows: region forming puts the join with
+    ``a``, which then waits for ``b``."""
+    nodes = [Node("a", "MatMul", ("x",), ("ya",), const_inputs=("wa",)),
+             Node("b", "Mul", ("x",), ("yb",), const_inputs=("wb",)),
+             Node("j", "Add", ("ya", "yb"), ("s",)), Node("sm", "Softmax", ("s",), ("z",))]
+    values = {v: Value(v, "float32", (n, n)) for v in ("x", "ya", "yb", "s", "z", "wa", "wb")}
+    return GraphView.build(nodes, ["x"], ["z"], values)
+
+
+def test_a_region_whose_tail_waits_for_a_heavy_branch_on_the_other_device_is_split():
+    options = PartitionOptions("vulkan-spirv", min_compute=1, gate=False, overrides=Overrides(host_nodes=("b",)))
+    view = _branches(512)
+    plan = make_plan(view, options)
+    assert {r.nodes: r.device for r in plan.regions} == {("a",): "accel", ("b",): "host", ("j", "sm"): "accel"}
+    # a and b now overlap, as the runtime's lanes will run them; the join waits for both.
+    name = {r.nodes: r.name for r in plan.regions}
+    edges = region_edges(plan, view)
+    waits = {r: tuple(p for p in plan.schedule if r in edges.get(p, ())) for r in plan.schedule}
+    pairs = lanes.overlapping(plan.schedule, waits, {r.name: r.device for r in plan.regions})
+    assert [set(p) for p in pairs] == [{name[("a",)], name[("b",)]}]
+    # Small tensors: another accelerator region would not pay for its call (170 us against 145 us
+    # estimated), but the join on the host saves a transfer (115 us): it goes there, with its reason.
+    small = make_plan(_branches(4), options)
+    assert {r.nodes: r.device for r in small.regions} == {("a",): "accel", ("j", "sm"): "host", ("b",): "host"}
+    assert "split from an accelerator region that waited for the host" in dict(small.reasons)["j"]
+
+
+def test_an_accelerator_region_may_also_hand_its_tail_to_the_host():
+    groups = [("accel", ("a", "j", "sm")), ("host", ("b",))]
+    splits = {tuple(g): moved for g, moved in overlap._splits(groups, _branches(8))}
+    head = ("accel", ("a",))
+    assert splits == {(head, ("accel", ("j", "sm")), ("host", ("b",))): (),
+                      (head, ("host", ("j", "sm")), ("host", ("b",))): ("j", "sm")}
