@@ -23,8 +23,8 @@ from aot.partition.support import ACCEL, HOST
 
 Groups = list[tuple[str, tuple[str, ...]]]
 # The least estimated saving, as a share of the plan's time, that pays for a split. The cost model
-# treats devices as independent; lavapipe shares the host's cores (overlap measured 1.2x where the
-# model says 1.5x, docs/buckets.md), so small estimated gains would not survive on it.
+# treats devices as independent; lavapipe shares the host's cores (the two-branch example overlaps
+# 1.2x where independent devices would reach 1.48x, docs/buckets.md), so small gains would not survive.
 MIN_GAIN = 0.10
 
 
