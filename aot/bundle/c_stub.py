@@ -113,9 +113,11 @@ def _index_checks(manifest: Manifest, inputs: list[dict], index: dict[str, int])
     return checked, guards
 
 
-def c_stub(manifest: Manifest) -> dict[str, str]:
-    """File name -> source of every file of ``stubs/c`` for ``manifest`` (same manifest, same bytes)."""
-    prefix = names.c_identifier(manifest.model.name)
+def c_stub(manifest: Manifest, bucket: tuple[int, str] | None = None) -> dict[str, str]:
+    """File name -> source of every file of ``stubs/c`` for ``manifest`` (same manifest, same bytes).
+    ``bucket`` (index, label): the stub of one shape bucket of a bucketed bundle; bucket ``i`` > 0
+    gets the prefix ``<model>_b<i>`` so that several buckets' stubs link into one program."""
+    prefix = names.c_identifier(manifest.model.name + (f"_b{bucket[0]}" if bucket and bucket[0] else ""))
     index = _value_index(manifest)
     inputs, outputs = _tensors(manifest.inputs, index), _tensors(manifest.outputs, index)
     checked, guards = _index_checks(manifest, inputs, index)
@@ -124,6 +126,7 @@ def c_stub(manifest: Manifest) -> dict[str, str]:
         aot_version=dict(manifest.toolchain)["aot"], model_name=manifest.model.name,
         model_sha256=manifest.model.sha256, prefix=Encoded(prefix), macro=Encoded(prefix.upper()),
         guard=Encoded(f"AOT_{prefix.upper()}_H_"), n_regions=len(manifest.regions),
+        bucket=None if bucket is None else bucket[1],
         io_kinds=[(Encoded("INPUT"), Encoded("input"), inputs), (Encoded("OUTPUT"), Encoded("output"), outputs)],
         devices_doc=", ".join(sorted(manifest.drivers)), inputs=inputs, outputs=outputs, checked=checked, guards=guards,
         weights={"path": _literal(weights.path), "scope": _literal(weights.scope), "sha256": _literal(weights.sha256)}

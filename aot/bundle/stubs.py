@@ -10,6 +10,7 @@ from pathlib import Path
 from aot.bundle import names
 from aot.bundle.c_stub import c_stub
 from aot.bundle.render import Encoded, dtype_name, environment, shape_text
+from aot.runtime import manifest as mf
 from aot.runtime.manifest import Manifest, TensorSig
 
 # The package every bundle ships a copy of, as stubs/python/aot_runtime (one source of truth).
@@ -67,9 +68,14 @@ def write_stubs(manifest: Manifest, bundle: Path) -> Path:
     """Write the Python stub and the runtime it imports into ``bundle/stubs/python``, and the C
     stub into ``bundle/stubs/c``; return the Python stub's path."""
     c_dir = bundle / "stubs" / "c"
-    c_dir.mkdir(parents=True, exist_ok=True)
-    for file_name, source in c_stub(manifest).items():
-        (c_dir / file_name).write_text(source)
+    buckets = manifest.shapes.buckets if manifest.shapes else ()
+    for i, bucket in enumerate(buckets or (None,)):
+        # A bucketed bundle: a fixed-shape C stub per bucket (the C API has no symbolic shapes).
+        m = manifest if i == 0 else mf.read_bucket(bundle, bucket)
+        out_dir = c_dir if i == 0 else c_dir / "buckets" / f"b{i}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for file_name, source in c_stub(m, None if bucket is None else (i, bucket.label.replace("=", " "))).items():
+            (out_dir / file_name).write_text(source)
     out = bundle / "stubs" / "python"
     out.mkdir(parents=True, exist_ok=True)
     for pkg in (bundle / "stubs", out):
