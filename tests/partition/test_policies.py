@@ -95,13 +95,18 @@ def test_selection_modes(mode, threshold, kept):
     assert [r.nodes for r in plan.regions if r.device == "accel"] == kept
 
 
-def test_cost_model_hand_computed(tmp_path):
+def _hand_cost_model(tmp_path) -> CostModel:
+    """Round device figures, so that the expected costs can be worked out by hand."""
     params = {"host": {"gflops": 10.0, "gbps": 10.0, "call_overhead_us": 5.0},
               "accelerators": {"default": {"device": {"gflops": 1000.0, "gbps": 100.0, "call_overhead_us": 20.0},
                                            "link_gbps": 1.0, "hop_us": 10.0}}}
     path = tmp_path / "devices.json"
     path.write_text(json.dumps(params))
-    cost = CostModel.load("vulkan-spirv", path)
+    return CostModel.load("vulkan-spirv", path)
+
+
+def test_cost_model_hand_computed(tmp_path):
+    cost = _hand_cost_model(tmp_path)
     nodes = [Node("mm", "MatMul", ("x",), ("y",), const_inputs=("w",)), Node("top", "TopK", ("y",), ("z",))]
     values = {"x": Value("x", "float32", (1, 1000)), "w": Value("w", "float32", (1000, 1000)),
               "y": Value("y", "float32", (1, 1000)), "z": Value("z", "float32", (1, 1000))}
@@ -117,12 +122,7 @@ def test_cost_model_hand_computed(tmp_path):
 
 
 def test_plan_cost_overlaps_independent_regions_on_different_devices(tmp_path):
-    params = {"host": {"gflops": 10.0, "gbps": 10.0, "call_overhead_us": 5.0},
-              "accelerators": {"default": {"device": {"gflops": 1000.0, "gbps": 100.0, "call_overhead_us": 20.0},
-                                           "link_gbps": 1.0, "hop_us": 10.0}}}
-    path = tmp_path / "devices.json"
-    path.write_text(json.dumps(params))
-    cost = CostModel.load("vulkan-spirv", path)
+    cost = _hand_cost_model(tmp_path)
     # x feeds two branches (a on the accelerator, b on the host) that an Add on the host joins.
     nodes = [Node("a", "MatMul", ("x",), ("ya",), const_inputs=("w",)),
              Node("b", "MatMul", ("x",), ("yb",), const_inputs=("w",)), Node("j", "Add", ("ya", "yb"), ("z",))]
