@@ -57,7 +57,7 @@ def _splits(groups: Groups, view: GraphView) -> list[tuple[Groups, tuple[str, ..
     (the tail) go to a new region right after it, on the same device or, for an accelerator
     region, on the host. Each with the accelerator nodes it moves to the host."""
     out = []
-    for j, (other_device, other_nodes) in enumerate(groups):
+    for other_device, other_nodes in groups:
         reached = _descendants(other_nodes, view)
         for i, (device, nodes) in enumerate(groups):
             if device == other_device:
