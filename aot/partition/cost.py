@@ -123,6 +123,7 @@ def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphVie
         compute.append((name, model.device(dev).time_us(sum(node_flops(n, view) for n in ns),
                                                        sum(node_bytes(n, view) for n in ns))))
     crossings: set[tuple[str, str]] = set()   # (value, device it must reach)
+    waits: dict[str, set[str]] = {name: set() for name in regions}   # region -> regions it reads from
     for node in view.nodes:
         here = device[owner[node.name]]
         for v in node.inputs:
@@ -130,26 +131,22 @@ def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphVie
             there = device[owner[producer]] if producer else HOST
             if there != here:
                 crossings.add((v, here))
+            if producer and owner[producer] != owner[node.name]:
+                waits[owner[node.name]].add(owner[producer])
     for v in view.outputs:
         producer = view.producer(v)
         if producer and device[owner[producer]] != HOST:
             crossings.add((v, HOST))
     nbytes = sum(view.values[v].nbytes or 0 for v, _ in crossings)
     transfer = sum(model.transfer_us(view.values[v].nbytes or 0) for v, _ in crossings)
-    total = _lanes_us(regions, owner, view, dict(compute)) + transfer
+    total = _lanes_us(regions, waits, view, dict(compute)) + transfer
     return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
 
 
-def _lanes_us(regions: Mapping[str, tuple[str, tuple[str, ...]]], owner: Mapping[str, str], view: GraphView,
+def _lanes_us(regions: Mapping[str, tuple[str, tuple[str, ...]]], waits: Mapping[str, set[str]], view: GraphView,
               compute: Mapping[str, float]) -> float:
     """Compute time as the runtime spends it: a lane per device, so regions on different devices
     with no path between them overlap (runtime/lanes.py); a chain costs the sum of its regions."""
-    waits: dict[str, set[str]] = {name: set() for name in regions}
-    for node in view.nodes:
-        for v in node.inputs:
-            producer = view.producer(v)
-            if producer and owner[producer] != owner[node.name]:
-                waits[owner[node.name]].add(owner[producer])
     edges: dict[str, set[str]] = {name: set() for name in regions}
     for consumer, producers in waits.items():
         for p in producers:
