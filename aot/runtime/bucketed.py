@@ -100,7 +100,8 @@ class BucketedSession:
             return sh.join(d.outputs, self._output_names, parts)
         bucket = sh.fitting(self.shapes, sizes)
         assert bucket is not None   # every size is within its ladder
-        outputs = self.sessions[bucket.sizes].run(sh.pad(self.shapes, checked, dict(bucket.sizes)))
+        # Checked once, in ``check``: padding gives exactly the bucket's shapes.
+        outputs = self.sessions[bucket.sizes].run_checked(sh.pad(self.shapes, checked, dict(bucket.sizes)))
         return sh.crop(self.shapes, self._output_names, outputs, sizes)
 
     def run_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[tuple[np.ndarray, ...]]:

@@ -183,12 +183,14 @@ class Session:
         once more from its inputs; a second loss, or a loss on any other device, is raised."""
         return self.run_checked(check_inputs(self._inputs, inputs))
 
-    def run_checked(self, checked: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        """``run`` of inputs whose names, dtypes and shapes were checked already (a bucketed
-        session's checks; its dynamic fallback takes sizes no static signature lists). Index
-        ranges are checked here."""
+    def run_checked(self, checked: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """``run`` of inputs whose names, dtypes and shapes were checked already: a bucketed
+        session's padded inputs, or its dynamic fallback's, whose sizes no static signature
+        lists. Index ranges are checked here; a chunk sliced along an inner axis is made
+        contiguous (IREE reads C order)."""
         if not self._invokers:
             raise BundleError("this session is closed")
+        checked = {name: _contiguous(arr) for name, arr in checked.items()}
         check_index_inputs(self._checked_indices, checked)
         try:
             return self._run_schedule(checked)
