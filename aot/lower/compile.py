@@ -19,7 +19,7 @@ from aot.runtime.target import Target
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
 # Every compile also prints IREE's static scheduling statistics (CSV, on stderr): the bundle's
 # memory record reads each module's transient bytes from them (lower/footprint.py).
-STATS_FLAGS = ("--iree-scheduling-dump-statistics-format=csv", "--iree-scheduling-dump-statistics-file=")
+STATS_FLAGS = (footprint.STATS_FORMAT, "--iree-scheduling-dump-statistics-file=")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from aot.runtime.memory import DeviceMemory
 
 _PARAMETER = re.compile(rb'parameter\.named<"[^"]*"::"((?:[^"\\]|\\.)*)">')
 STATS_TIMEOUT_S = 300
+STATS_FORMAT = "--iree-scheduling-dump-statistics-format=csv"
 
 
 def device_memory(manifest: Manifest, sources: Path, weights: Path | None, cache: Path) -> tuple[DeviceMemory, ...]:
@@ -52,28 +53,33 @@ def _parameter_sizes(weights: Path | None) -> dict[str, int]:
 def store_transients(cache: Path, sha256: str, log: str) -> None:
     """Keep a freshly compiled module's transient bytes, read from the statistics in its log."""
     try:
-        found = _aggregate(log)
+        _keep(cache, sha256, _aggregate(log))
     except ValueError:
         return   # no statistics printed: _transient_bytes compiles for them when asked
-    path = cache / "transients" / f"{sha256}.txt"
+
+
+def _keep(cache: Path, sha256: str, transient_bytes: int) -> int:
+    path = _cached(cache, sha256)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(str(found))
+    path.write_text(str(transient_bytes))
+    return transient_bytes
+
+
+def _cached(cache: Path, sha256: str) -> Path:
+    return cache / "transients" / f"{sha256}.txt"
 
 
 def _transient_bytes(region: RegionEntry, text: bytes, cache: Path) -> int:
-    cached = cache / "transients" / f"{region.sha256}.txt"
-    if cached.exists():
-        return int(cached.read_text())
+    if _cached(cache, region.sha256).exists():
+        return int(_cached(cache, region.sha256).read_text())
     flags = region.target.flags_for(text, region.flags or None)
-    argv = [iree_compile_path(), "-", *flags, "--compile-to=stream", "--iree-scheduling-dump-statistics-format=csv",
+    # The compile's own statistics flags, printing to stdout instead of stderr.
+    argv = [iree_compile_path(), "-", *flags, "--compile-to=stream", STATS_FORMAT,
             "--iree-scheduling-dump-statistics-file=-", "-o", "/dev/null"]
     proc = subprocess.run(argv, input=text, capture_output=True, timeout=STATS_TIMEOUT_S)
     if proc.returncode != 0:
         raise CompileError(f"{region.name} (memory statistics)", argv, proc.returncode, proc.stderr.decode(errors="replace"))
-    found = _aggregate(proc.stdout.decode(errors="replace"))
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(str(found))
-    return found
+    return _keep(cache, region.sha256, _aggregate(proc.stdout.decode(errors="replace")))
 
 
 def _aggregate(text: str) -> int:
