@@ -16,12 +16,11 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import onnx
 
 from aot.bundle.write import link_or_copy
 from aot.checks import reference
-from aot.checks.compare import within
+from aot.checks.compare import compare_outputs
 from aot.errors import ModelError
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.importer import PARAMS_SCOPE, import_onnx
@@ -131,12 +130,10 @@ def _check(model: Path, staging: Path, manifest: Manifest, dims: tuple[Dim, ...]
     with Session(staging, manifest, check_memory=False) as session:
         got = session.run_checked(inputs)
     expected = reference.outputs(model, inputs, names, manifest)
-    results = [(n, *within(np.asarray(g), e)) for n, g, e in zip(names, got, expected)]
-    diff = max(r[2] for r in results)
-    bad = [r for r in results if not r[1]]
-    if bad:
+    c = compare_outputs(names, got, expected)
+    if not c.ok:
         raise FallbackError(f"the dynamic fallback module differs from onnxruntime at "
-                            f"{', '.join(f'{s}={n}' for s, n in sizes.items())}: output {bad[0][0]!r} by "
-                            f"{bad[0][2]:.3g} (max abs)",
+                            f"{', '.join(f'{s}={n}' for s, n in sizes.items())}: output {c.worst!r} by "
+                            f"{c.worst_diff:.3g} (max abs)",
                             hint="build without --fallback dynamic; calls past the largest bucket get a clear error")
-    return tuple(sizes.items()), diff
+    return tuple(sizes.items()), c.max_abs_diff

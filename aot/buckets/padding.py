@@ -15,7 +15,7 @@ from typing import Callable
 from aot import runtime
 from aot.bundle.write import Bundle
 from aot.checks import reference
-from aot.checks.compare import within
+from aot.checks.compare import compare_outputs
 from aot.errors import ModelError
 from aot.runtime import shapes as sh
 from aot.runtime.shapes import Dim, PaddingCheck
@@ -42,18 +42,16 @@ def check(model: Path, bundle: Bundle, dims: tuple[Dim, ...], sizes: dict[str, i
             inputs = reference.random_inputs(sh.resized(manifest.inputs, dims, unpadded), seed=0)
             expected = reference.outputs(model, inputs, list(names), manifest)
             got = sh.crop(shapes, names, session.run(sh.pad(shapes, inputs, sizes)), unpadded)
-            results = [(n, *within(g, e)) for n, g, e in zip(names, got, expected)]
-            worst = max(results, key=lambda r: (not r[1], r[2]))
-            diff = max(r[2] for r in results)
-            ok = all(r[1] for r in results)
+            c = compare_outputs(names, got, expected)
+            diff, ok = c.max_abs_diff, c.ok
             tolerance = accepted.get(d.symbol)
             progress(f"padding  {d.symbol}: {valid} padded to {sizes[d.symbol]}, max abs diff {diff:.3g} vs "
                      f"onnxruntime unpadded ({'exact within tolerance' if ok else 'CHANGES the result'})")
             if not ok and (tolerance is None or diff > tolerance):
                 raise PaddingError(
                     f"padding {d.symbol!r} from {valid} to {sizes[d.symbol]} changes the model's results on the "
-                    f"valid part: output {worst[0]!r} differs from onnxruntime on the unpadded input by "
-                    f"{worst[2]:.3g} (max abs){'' if tolerance is None else f', more than the accepted {tolerance}'}",
+                    f"valid part: output {c.worst!r} differs from onnxruntime on the unpadded input by "
+                    f"{c.worst_diff:.3g} (max abs){'' if tolerance is None else f', more than the accepted {tolerance}'}",
                     hint=f"this axis mixes positions (attention, normalisation or pooling over it): compile the "
                          f"sizes you need exactly (--input-shape), or accept the difference with "
                          f"--accept-padding {d.symbol}={diff:.2g}")
