@@ -114,18 +114,18 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
     """The bundle run with a lane per device against the same bundle run region after region,
     interleaved in one process (``bench.interleaved``), on seeded random inputs."""
     from aot.runtime import lanes
+    from aot.runtime import manifest as mf
     from aot.tools.bench import interleaved
 
-    overlapped, serial = runtime.load(bundle), runtime.load(bundle, overlap=False)
-    with overlapped, serial:
-        if not isinstance(overlapped, runtime.Session):
-            raise AotError(f"{str(bundle)!r} is a bucketed bundle; aot bench-overlap times a static one",
-                           hint="build with --input-shape to fix the symbolic dimensions")
-        m = overlapped.manifest
-        if not m.overlap:
-            raise AotError(f"bundle of {m.model.name!r} has no regions on different devices that may overlap "
-                           f"(schedule {' -> '.join(m.schedule)})",
-                           hint="run `aot bench-overlap` with no bundle for the two-branch example")
+    m = mf.read(mf.bundle_dir(bundle))   # refuse before loading anything
+    if m.shapes is not None:
+        raise AotError(f"{str(bundle)!r} is a bucketed bundle; aot bench-overlap times a static one",
+                       hint="build with --input-shape to fix the symbolic dimensions")
+    if not m.overlap:
+        raise AotError(f"bundle of {m.model.name!r} has no regions on different devices that may overlap "
+                       f"(schedule {' -> '.join(m.schedule)})",
+                       hint="run `aot bench-overlap` with no bundle for the two-branch example")
+    with runtime.load(bundle) as overlapped, runtime.load(bundle, overlap=False) as serial:
         inputs = reference.random_inputs(m.inputs, seed=0)
         diff = max(float(np.max(np.abs(a - b), initial=0.0))
                    for a, b in zip(overlapped.run(inputs), serial.run(inputs)))
