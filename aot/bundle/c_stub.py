@@ -43,6 +43,11 @@ def _dtype_of(name: str, dtype: str) -> tuple[str, str, str]:
     return DTYPES[dt]
 
 
+def stub_prefix(manifest: Manifest, bucket: int = 0) -> str:
+    """The C prefix of the stub of shape bucket ``bucket`` (0: the bundle's own, unsuffixed)."""
+    return names.c_identifier(manifest.model.name + (f"_b{bucket}" if bucket else ""))
+
+
 def _tensors(entries: tuple[TensorSig, ...], index: dict[str, int]) -> list[dict]:
     taken: set[str] = set()
     out = []
@@ -53,6 +58,7 @@ def _tensors(entries: tuple[TensorSig, ...], index: dict[str, int]) -> list[dict
         out.append({"name": e.name, "ident": Encoded(ident), "macro": Encoded(ident.upper()), "literal": _literal(e.name),
                     "doc": Encoded(names.c_comment(e.name)), "dtype": dtype_name(e.dtype),
                     "dtype_literal": _literal(dtype_name(e.dtype)), "ctype": Encoded(ctype), "descr": _literal(descr),
+                    "item": np.dtype(dtype_name(e.dtype)).itemsize,
                     "rank": len(e.shape), "dims": shape_text(e.shape),
                     "shape_init": Encoded("{" + _init(e.shape) + "}"), "elements": elements,
                     "bytes": _nbytes(e.shape, e.dtype), "value": index[e.name]})
@@ -117,7 +123,7 @@ def c_stub(manifest: Manifest, bucket: tuple[int, str] | None = None) -> dict[st
     """File name -> source of every file of ``stubs/c`` for ``manifest`` (same manifest, same bytes).
     ``bucket`` (index, label): the stub of one shape bucket of a bucketed bundle; bucket ``i`` > 0
     gets the prefix ``<model>_b<i>`` so that several buckets' stubs link into one program."""
-    prefix = names.c_identifier(manifest.model.name + (f"_b{bucket[0]}" if bucket and bucket[0] else ""))
+    prefix = stub_prefix(manifest, bucket[0] if bucket else 0)
     index = _value_index(manifest)
     inputs, outputs = _tensors(manifest.inputs, index), _tensors(manifest.outputs, index)
     checked, guards = _index_checks(manifest, inputs, index)
