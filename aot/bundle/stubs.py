@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from aot.bundle import names
+from aot.bundle.c_buckets import c_dispatcher
 from aot.bundle.c_stub import c_stub
 from aot.bundle.render import Encoded, dtype_name, environment, shape_text
 from aot.runtime import manifest as mf
@@ -64,18 +65,25 @@ def _declared(manifest: Manifest, sig: TensorSig, side: str) -> tuple[int | str,
     return tuple(shape)
 
 
+def _write_all(folder: Path, files: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for file_name, source in files.items():
+        (folder / file_name).write_text(source)
+
+
 def write_stubs(manifest: Manifest, bundle: Path) -> Path:
     """Write the Python stub and the runtime it imports into ``bundle/stubs/python``, and the C
     stub into ``bundle/stubs/c``; return the Python stub's path."""
     c_dir = bundle / "stubs" / "c"
     buckets = manifest.shapes.buckets if manifest.shapes else ()
-    for i, bucket in enumerate(buckets or (None,)):
-        # A bucketed bundle: a fixed-shape C stub per bucket (the C API has no symbolic shapes).
-        m = manifest if i == 0 else mf.read_bucket(bundle, bucket)
+    manifests = [manifest, *(mf.read_bucket(bundle, b) for b in buckets[1:])]
+    for i, (bucket, m) in enumerate(zip(buckets or (None,), manifests)):
+        # A bucketed bundle: a fixed-shape C stub per bucket (the C API has no symbolic shapes)...
         out_dir = c_dir if i == 0 else c_dir / "buckets" / f"b{i}"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for file_name, source in c_stub(m, None if bucket is None else (i, bucket.label.replace("=", " "))).items():
-            (out_dir / file_name).write_text(source)
+        _write_all(out_dir, c_stub(m, None if bucket is None else (i, bucket.label.replace("=", " "))))
+    if buckets:
+        # ... and one dispatcher over them all that pads, chunks and crops.
+        _write_all(c_dir / "buckets", c_dispatcher(manifest, manifests))
     out = bundle / "stubs" / "python"
     out.mkdir(parents=True, exist_ok=True)
     for pkg in (bundle / "stubs", out):
