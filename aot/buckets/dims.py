@@ -24,8 +24,15 @@ def plan_dims(model: Path, inputs: SymbolicInputs, options: BuildOptions) -> tup
     symbols = inputs.symbols
     ladders = _ladders(symbols, options)
     smallest = {s.name: ladders[s.name][0] for s in symbols}
-    return tuple(Dim(s.name, s.inputs, _output_axes(model, inputs, s, smallest, ladders[s.name], options),
-                     ladders[s.name], s.batch) for s in symbols)
+    outputs = set(_output_shapes(model, inputs, smallest, options))
+    dims = []
+    for s in symbols:
+        follows = _output_axes(model, inputs, s, smallest, ladders[s.name], options)
+        # Chunks of a call join along every output's axis: a batch some output does not follow
+        # (a sum over it, say) cannot be chunked, so a call past its ladder is refused instead.
+        chunkable = s.batch and {a.tensor for a in follows} == outputs
+        dims.append(Dim(s.name, s.inputs, follows, ladders[s.name], chunkable))
+    return tuple(dims)
 
 
 def _ladders(symbols: tuple[Symbol, ...], options: BuildOptions) -> dict[str, tuple[int, ...]]:

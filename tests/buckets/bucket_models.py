@@ -63,3 +63,12 @@ def strided(path: Path) -> Path:
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2], kernel_shape=[2])]
     return _save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "L"])],
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None])], [_weights(rng, "w", 4, 4, 2)])
+
+
+def batch_sum(path: Path) -> Path:
+    """x[N,4] -> Relu -> r[N,4], and ReduceSum over N -> s[4]: s does not follow the batch."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0)]
+    return _save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                 [helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 4]),
+                  helper.make_tensor_value_info("s", TensorProto.FLOAT, [4])],
+                 [numpy_helper.from_array(np.array([0], np.int64), "axes")])

@@ -191,6 +191,21 @@ def test_an_output_that_does_not_follow_its_dimension_is_refused(tmp_path):
         api.build(model, tmp_path / "out", BuildOptions(accel=None, dim_ladders=(("L", "8,16"),)))
 
 
+def test_a_batch_that_an_output_sums_over_is_padded_but_never_chunked(tmp_path):
+    """Chunks could not be joined along an output that has no batch axis: such a batch keeps its
+    ladder (padding is checked as for any axis) and a call past it is refused, not chunked."""
+    model = models.batch_sum(tmp_path / "sum.onnx")
+    result = api.build(model, tmp_path / "out", BuildOptions(accel=None, batch_buckets="1,2"))
+    (dim,) = result.bundle.manifest.shapes.dims
+    assert (dim.batch, [a.tensor for a in dim.outputs]) == (False, ["r"])
+    with runtime.load(result.bundle.path) as session:
+        x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+        for got, want in zip(session(x), _ort(model, x=x)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        with pytest.raises(RuntimeInputError, match=r"axis 0 \('N'\) is 3; the largest bucket compiled for it is 2"):
+            session(np.zeros((3, 4), np.float32))
+
+
 def test_a_damaged_bucket_is_a_bundle_error(cnn_buckets, tmp_path):
     copy = tmp_path / "bundle"
     shutil.copytree(cnn_buckets.bundle.path, copy)
