@@ -48,9 +48,16 @@ def _io(manifest: Manifest, buckets: list[Manifest], side: str) -> list[dict]:
         biggest = max(_nbytes(next(s for s in getattr(m, side) if s.name == sig.name).shape, sig.dtype)
                       for m in buckets)
         t.update(dim_of=Encoded("{" + _init(dim_of) + "}"), scratch=biggest,
-                 carriers=[(manifest.shapes.dims[d].symbol, axis) for axis, d in enumerate(dim_of) if d >= 0],
                  pad=_pad_bytes(manifest.shapes.pad_value(sig.name) if side == "inputs" else 0, sig.dtype))
     return tensors
+
+
+def _bucket(manifest: Manifest, index: int, label: str, sizes: list[int]) -> dict:
+    """Bucket ``index``'s stub: its prefix and its folder relative to ``stubs/c/buckets``."""
+    prefix = stub_prefix(manifest, index)
+    folder = ".." if index == 0 else f"b{index}"
+    return {"prefix": Encoded(prefix), "dir": Encoded(folder), "source": Encoded(f"{folder}/{prefix}.c"),
+            "label": _literal(label), "doc": Encoded(names.c_comment(label)), "sizes": Encoded("{" + _init(sizes) + "}")}
 
 
 def c_dispatcher(manifest: Manifest, buckets: list[Manifest]) -> dict[str, str]:
@@ -69,9 +76,9 @@ def c_dispatcher(manifest: Manifest, buckets: list[Manifest]) -> dict[str, str]:
                      "largest": d.largest, "batch": int(d.batch), "input_literal": _literal(first.tensor),
                      "axis": first.axis,
                      "carriers": [(Encoded(names.c_comment(a.tensor)), a.axis) for a in d.inputs]})
+    sizes = [[b.size(d.symbol) for d in shapes.dims] for b in shapes.buckets]
     # The order a call tries them in: fewest elements first, as runtime/shapes.fitting picks.
-    order = sorted(range(len(shapes.buckets)),
-                   key=lambda i: (math.prod(n for _, n in shapes.buckets[i].sizes), [n for _, n in shapes.buckets[i].sizes]))
+    order = sorted(range(len(sizes)), key=lambda i: (math.prod(sizes[i]), sizes[i]))
     inputs, outputs = _io(manifest, buckets, "inputs"), _io(manifest, buckets, "outputs")
     input_index = {t["name"]: i for i, t in enumerate(inputs)}
     context = dict(
@@ -81,11 +88,7 @@ def c_dispatcher(manifest: Manifest, buckets: list[Manifest]) -> dict[str, str]:
         max_rank=max([1, *(t["rank"] for t in (*inputs, *outputs))]),
         # Where the example reads each dimension's size: every input axis that carries it.
         size_sources=[[(input_index[a.tensor], a.axis) for a in d.inputs] for d in shapes.dims],
-        buckets=[{"prefix": Encoded(stub_prefix(manifest, i)), "dir": Encoded(".." if i == 0 else f"b{i}"),
-                  "source": Encoded(("../" if i == 0 else f"b{i}/") + stub_prefix(manifest, i) + ".c"),
-                  "label": _literal(b.label), "doc": Encoded(names.c_comment(b.label)),
-                  "sizes": Encoded("{" + _init(n for _, n in b.sizes) + "}")}
-                 for i, b in enumerate(shapes.buckets)],
+        buckets=[_bucket(manifest, i, b.label, sizes[i]) for i, b in enumerate(shapes.buckets)],
         order=Encoded(_init(order)))
     env = environment()
     files = {}
