@@ -18,7 +18,7 @@ from aot.bundle.c_stub import _init, _literal, _nbytes, _tensors, stub_prefix
 from aot.bundle.render import Encoded, dtype_name, environment
 from aot.runtime.manifest import Manifest, TensorSig
 
-TEMPLATES = ("any.h", "any.c", "any_main.c", "any_CMakeLists.txt")
+TEMPLATES = ("any.h", "any.c", "main.c", "any_CMakeLists.txt")
 
 
 def _pad_bytes(value: float, dtype: str) -> Encoded:
@@ -84,7 +84,7 @@ def c_dispatcher(manifest: Manifest, buckets: list[Manifest]) -> dict[str, str]:
     context = dict(
         aot_version=dict(manifest.toolchain)["aot"], model_name=manifest.model.name, prefix=Encoded(prefix),
         macro=Encoded(prefix.upper()), guard=Encoded(f"AOT_{prefix.upper()}_H_"), base=Encoded(stub_prefix(manifest)),
-        dims=dims, inputs=inputs, outputs=outputs,
+        dims=dims, inputs=inputs, outputs=outputs, dispatcher=True,
         max_rank=max([1, *(t["rank"] for t in (*inputs, *outputs))]),
         # Where the example reads each dimension's size: every input axis that carries it.
         size_sources=[[(input_index[a.tensor], a.axis) for a in d.inputs] for d in shapes.dims],
@@ -94,6 +94,6 @@ def c_dispatcher(manifest: Manifest, buckets: list[Manifest]) -> dict[str, str]:
     files = {}
     for template in TEMPLATES:
         stem, _, ext = template.rpartition(".")
-        name = {"any": f"{prefix}.{ext}", "any_main": "main.c", "any_CMakeLists": "CMakeLists.txt"}[stem]
+        name = {"any": f"{prefix}.{ext}", "main": "main.c", "any_CMakeLists": "CMakeLists.txt"}[stem]
         files[name] = env.get_template(f"c/{template}.j2").render(**context)
     return files

@@ -131,6 +131,8 @@ def c_stub(manifest: Manifest, bucket: tuple[int, str] | None = None) -> dict[st
     context = dict(
         aot_version=dict(manifest.toolchain)["aot"], model_name=manifest.model.name,
         model_sha256=manifest.model.sha256, prefix=Encoded(prefix), macro=Encoded(prefix.upper()),
+        # main.c serves the dispatcher too: its handle is `prefix`, its input/output structs `base`'s.
+        base=Encoded(prefix), dispatcher=False,
         guard=Encoded(f"AOT_{prefix.upper()}_H_"), n_regions=len(manifest.regions),
         bucket=None if bucket is None else bucket[1],
         io_kinds=[(Encoded("INPUT"), Encoded("input"), inputs), (Encoded("OUTPUT"), Encoded("output"), outputs)],
