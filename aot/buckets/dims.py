@@ -24,10 +24,9 @@ def plan_dims(model: Path, inputs: SymbolicInputs, options: BuildOptions) -> tup
     symbols = inputs.symbols
     ladders = _ladders(symbols, options)
     smallest = {s.name: ladders[s.name][0] for s in symbols}
-    outputs = set(_output_shapes(model, inputs, smallest, options))
     dims = []
     for s in symbols:
-        follows = _output_axes(model, inputs, s, smallest, ladders[s.name], options)
+        follows, outputs = _output_axes(model, inputs, s, smallest, ladders[s.name], options)
         # Chunks of a call join along every output's axis: a batch some output does not follow
         # (a sum over it, say) cannot be chunked, so a call past its ladder is refused instead.
         chunkable = s.batch and {a.tensor for a in follows} == outputs
@@ -53,7 +52,8 @@ def _ladders(symbols: tuple[Symbol, ...], options: BuildOptions) -> dict[str, tu
 
 
 def _output_axes(model: Path, inputs: SymbolicInputs, symbol: Symbol, smallest: dict[str, int],
-                 sizes: tuple[int, ...], options: BuildOptions) -> tuple[Axis, ...]:
+                 sizes: tuple[int, ...], options: BuildOptions) -> tuple[tuple[Axis, ...], set[str]]:
+    """The output axes that follow ``symbol``, and the names of every output."""
     a = sizes[0]
     b = sizes[1] if len(sizes) > 1 else a + 1
     low, high = (_output_shapes(model, inputs, {**smallest, symbol.name: n}, options) for n in (a, b))
@@ -68,7 +68,7 @@ def _output_axes(model: Path, inputs: SymbolicInputs, symbol: Symbol, smallest: 
                     f"it does not follow {symbol.name!r} one to one, so padding along it cannot be cropped",
                     hint=f"compile the sizes you need exactly with --input-shape (or --dim {symbol.name}=SIZE "
                          "for inputs of exactly that size)")
-    return tuple(follows)
+    return tuple(follows), set(low)
 
 
 def _output_shapes(model: Path, inputs: SymbolicInputs, sizes: dict[str, int],

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from aot.bundle import names
-from aot.bundle.c_stub import c_stub
+from aot.bundle.c_stub import c_stub, stub_prefix
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import IndexOp
 from conftest import HOSTILE, hostile_manifest
@@ -155,7 +155,7 @@ def _run_example(bundle: Path, model: Path, tmp_path: Path, seed: int = 5, bucke
     manifest = mf.read(bundle)
     if bucket:
         manifest = mf.read_bucket(bundle, manifest.shapes.buckets[bucket])
-    prefix = names.c_identifier(manifest.model.name + (f"_b{bucket}" if bucket else ""))
+    prefix = stub_prefix(manifest, bucket)
     _cmake(bundle / "stubs" / "c" / (f"buckets/b{bucket}" if bucket else ""), tmp_path / "build")
     inputs = reference.random_inputs(manifest.inputs, seed=seed)
     (tmp_path / "in").mkdir()
