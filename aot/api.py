@@ -123,19 +123,23 @@ def _python_path(module: Any) -> str:
 
 def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, cluster: str | None = None,
          progress: Progress = lambda s: None) -> BuildResult:
-    """Tune the bundle in ``build_dir`` (`aot tune`): the same model, plan, shapes and targets,
-    built again with ``tune=True``. Unchanged default modules come from the compile cache."""
-    from aot.partition import Plan, Region
-    from aot.partition.support import ACCEL, HOST
+    """Tune the bundle in ``build_dir`` (`aot tune`): built again from what the build stored, its
+    resolved options and its plan (``record.json``, ``plan.json``), with ``tune=True``. Unchanged
+    default modules come from the compile cache."""
+    from aot import record as records
+    from aot.record import PLAN
+    from aot.runtime import codec
     from aot.runtime import manifest as mf
-    from aot.runtime.target import Target
 
     build_dir = Path(build_dir)
     bundle = mf.bundle_dir(build_dir)
     if bundle == build_dir:
         raise AotError(f"{str(build_dir)!r} is a bundle; `aot tune` needs the build directory that holds it",
                        hint="pass the directory given to `aot build -o` (it keeps the compile cache)")
-    m = mf.read(bundle)
+    m, rec = mf.read(bundle), records.read(bundle)
+    if rec is None:
+        raise AotError(f"{str(bundle)!r} has no build record (built by an older aot), so its options are unknown",
+                       hint="build it again with `aot build --tune`")
     if m.shapes is not None:
         raise AotError(f"{str(bundle)!r} holds {len(m.shapes.buckets)} shape buckets; `aot tune` retunes a "
                        "static bundle", hint="build it again with `aot build --tune` (each bucket is tuned)")
@@ -146,16 +150,10 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
                        hint="build it with aot.build_torch(..., tune=True), or from pkg.module:factory")
     if not torch_module and not source.is_file():
         raise AotError(f"the bundle's source model {str(source)!r} is gone", hint="rebuild with `aot build --tune`")
-    plan = Plan(tuple(Region(r.name, HOST if r.target.is_host else ACCEL, r.nodes) for r in m.regions),
-                m.schedule, m.host_reasons)
+    # The plan the bundle shipped, replayed as is: the bundle is replaced when the build publishes.
     plan_file = build_dir / "build" / "tune-plan.json"
     plan_file.parent.mkdir(parents=True, exist_ok=True)
-    plan.save(plan_file)
-    options = BuildOptions(
-        accel=next((r.target for r in m.regions if not r.target.is_host), None),
-        host=next((r.target for r in m.regions if r.target.is_host), Target.host()),
-        name=m.model.name, input_shapes=() if torch_module else tuple((t.name, t.shape) for t in m.inputs),
-        example_inputs=tuple((t.name, t.shape, t.dtype) for t in m.inputs) if torch_module else (),
-        constant_inputs=tuple((c.name, mf.thaw(c.value)) for c in m.constant_inputs),
-        plan_file=plan_file, tune=True, tune_repeats=repeats, cluster=cluster)
+    plan_file.write_bytes((bundle / PLAN).read_bytes())
+    options = dataclasses.replace(codec.decode(BuildOptions, rec.options), plan_file=plan_file, tune=True,
+                                  tune_repeats=repeats, cluster=cluster)
     return build(source, build_dir, options, progress)

@@ -244,8 +244,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     result = api.build(args.model, Path(args.output), _build_options(args),
                        progress=lambda s: print(s, file=sys.stderr))
     for r in result.bundle.manifest.regions:
-        note = "  (fell back from the accelerator)" if r.fallback else ""
-        print(f"region {r.name}: {r.target} {len(r.nodes)} nodes{note}", file=sys.stderr)
+        how = result.bundle.record.region(r.name)
+        note = "  (fell back from the accelerator)" if how.fallback else ""
+        print(f"region {r.name}: {r.target} {len(how.nodes)} nodes{note}", file=sys.stderr)
     print(result.bundle.path)
     print(result.bundle.stub)
     return 0
@@ -258,7 +259,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                       progress=lambda s: print(s, file=sys.stderr))
     from aot import report
 
-    print(report.tuning_text(result.bundle.manifest))
+    print(report.tuning_text(result.bundle.manifest, result.bundle.record))
     print(result.bundle.path)
     return 0
 
@@ -309,14 +310,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from aot import report
+    from aot import record, report
     from aot.runtime import manifest
 
     bundle = manifest.bundle_dir(args.bundle)
-    data = manifest.read(bundle)
-    print(report.text(data))
+    data, how = manifest.read(bundle), record.read(bundle)
+    print(report.text(data, how))
     page = bundle.parent / "report.html"
-    page.write_text(report.html_page(data))
+    page.write_text(report.html_page(data, how))
     print(page)
     return 0
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Union
 
-from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage
+from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage, weights_entry
 from aot.checks import measure, verify
 from aot.checks.reference import random_inputs
 from aot.frontend.graph import GraphView
@@ -30,8 +30,9 @@ from aot.partition import Plan, make_plan, validate
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.runtime.manifest import (CoverageRecord, GateRecord, PartitionRecord, RegionCheck, UnsupportedOp,
-                                  Verification, file_sha256)
+from aot.record import CoverageRecord, GateRecord, PartitionRecord, RegionCheck, UnsupportedOp, Verification
+from aot.runtime import codec
+from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
 from aot.tune.search import TuneSettings, tune_regions
 from aot.workspace import Workspace
@@ -148,7 +149,7 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
         if "import" in options.dump_after:
             (ws.build / "02-import.mlir").write_text(imported.mlir)
         clock.done("import", f"weights in {ws.params.name}")
-        compile_ = _Compiler(ws, planned, imported, file_sha256(imported.params_path), options, clock, executor)
+        compile_ = _Compiler(ws, planned, imported, weights_entry(imported.params_path), options, clock, executor)
         staged = compile_(planned.plan, "built")
         if _should_verify(staged, options):
             staged = _verified(staged, planned, compile_, progress)
@@ -174,7 +175,7 @@ class _Compiler:
     ws: Workspace
     planned: Planned
     imported: ImportedModule
-    weights_sha256: str
+    weights: Weights
     options: BuildOptions
     clock: "_Clock"
     executor: Executor
@@ -199,11 +200,12 @@ class _Compiler:
         estimates = {c.region: region_estimate(plan.region(c.region).nodes, HOST if c.target.is_host else ACCEL,
                                                self.planned.view, self.planned.cost) for c in compiled}
         record = dataclasses.replace(self.planned.record, gate=_gate_record(plan))
-        manifest = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
-                            estimates, self.weights_sha256)
+        described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
+                             estimates, self.weights, codec.encode(self.options))
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path)
-        return Staged(path, manifest, plan, self.ws.region_mlir(candidate, "r").parent)
+        return Staged(path, described.manifest, described.record, plan,
+                      self.ws.region_mlir(candidate, "r").parent)
 
 
 def _with_memory(staged: Staged, ws: Workspace) -> Staged:
@@ -235,8 +237,8 @@ def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: P
                      + (f" (max abs diff {c.max_abs_diff:.3g})" if c.max_abs_diff is not None else ""))
         bad = tuple(c for c in checks if not c.ok)
         if not bad:
-            record = Verification(checks, moved)
-            return dataclasses.replace(staged, manifest=dataclasses.replace(staged.manifest, verification=record))
+            record = dataclasses.replace(staged.record, verification=Verification(checks, moved))
+            return dataclasses.replace(staged, record=record)
         moved += bad
         progress(f"verify   moving {', '.join(c.region for c in bad)} to the host and compiling again")
         staged = compile_(verify.move_to_host(staged.plan, bad), f"verified-{round_}")
@@ -260,10 +262,10 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
         dataclasses.replace(r, device=HOST) if staged.manifest.region(r.name).target.is_host else r
         for r in staged.plan.regions))
     tuned = compile_(plan, "tuned", winners)
-    regions = tuple(dataclasses.replace(r, tuning=tunings[r.name]) for r in tuned.manifest.regions)
-    manifest = dataclasses.replace(tuned.manifest, regions=regions, verification=staged.manifest.verification)
-    runtime = choose_host_runtime(tuned.path, manifest, compile_.ws.cache, settings, progress)
-    return dataclasses.replace(tuned, manifest=dataclasses.replace(manifest, host_runtime=runtime))
+    record = dataclasses.replace(tuned.record.with_tuning(tunings), verification=staged.record.verification)
+    runtime, measured = choose_host_runtime(tuned.path, tuned.manifest, compile_.ws.cache, settings, progress)
+    return dataclasses.replace(tuned, manifest=dataclasses.replace(tuned.manifest, host_runtime=runtime),
+                               record=dataclasses.replace(record, host_runtime_measured=measured))
 
 
 def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Workspace,
@@ -277,7 +279,7 @@ def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Wo
     gate = GateRecord(accepted, part_us, host_us, None, detail, measured=True)
     progress(f"measure  {detail}: partition {'kept' if accepted else 'rejected'}")
     chosen, times = (staged, per_region) if accepted else (whole, host_regions)
-    return dataclasses.replace(chosen, manifest=chosen.manifest.with_measurements(times, gate))
+    return dataclasses.replace(chosen, record=chosen.record.with_measurements(times, gate))
 
 
 def _gate_record(plan: Plan) -> GateRecord | None:

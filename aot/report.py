@@ -1,6 +1,7 @@
-"""Reports: of a bundle, from its manifest alone (a text summary and ``report.html`` with an SVG
-picture of the graph, coloured by device, one outlined lane per region), and of a plan before
-anything is compiled (`aot plan`)."""
+"""Reports: of a bundle, from its deploy contract and its build record (a text summary and
+``report.html`` with an SVG picture of the graph, coloured by device, one outlined lane per
+region), and of a plan before anything is compiled (`aot plan`). A bundle built before build
+records existed is reported from its contract alone, and the report says so."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from collections import Counter
 
 from typing import TYPE_CHECKING
 
-from aot.runtime.manifest import CoverageRecord, Manifest, RegionEntry
+from aot.record import BuildRecord, CoverageRecord, RegionRecord
+from aot.runtime.manifest import Manifest
+
+NO_RECORD = ("no build record: this bundle was built before aot kept one (partition, gate, estimates, "
+             "verification and tuning are unknown); rebuild it for a full report")
 
 if TYPE_CHECKING:
     from aot.pipeline import Planned
@@ -34,7 +39,7 @@ def _crossing(m: Manifest) -> list[tuple[str, str]]:
     return [(v, r.name) for r in m.regions for v in r.inputs if v not in graph_inputs]
 
 
-def _measured(region: RegionEntry) -> str:
+def _measured(region: RegionRecord) -> str:
     return f"{region.measured_us:.1f}" if region.measured_us is not None else "-"
 
 
@@ -42,17 +47,17 @@ def _nbytes(m: Manifest, tensors: tuple[str, ...]) -> int:
     return sum(m.boundary(v).bytes or 0 for v in tensors)
 
 
-def _origin(m: Manifest) -> str:
+def _origin(m: Manifest, rec: BuildRecord | None) -> str:
     """The front end: the ONNX opset, or the torch and iree-turbine versions that exported it."""
     if m.model.frontend == "torch":
         versions = dict(m.toolchain)
         return (f"PyTorch {m.model.source} (torch {versions.get('torch', '?')}, "
                 f"iree-turbine {versions.get('iree-turbine', '?')})")
-    return f"opset {m.model.opset}"
+    return f"opset {rec.opset}" if rec else "ONNX"
 
 
-def _op_counts(m: Manifest, region: RegionEntry, most: int = 8) -> str:
-    ops = {g.name: g.op for g in m.graph}
+def _op_counts(rec: BuildRecord, region: RegionRecord, most: int = 8) -> str:
+    ops = {g.name: g.op for g in rec.graph}
     counts = Counter(ops.get(n, "?") for n in region.nodes).most_common()
     text = ", ".join(f"{op} x{n}" for op, n in counts[:most])
     return text + (f", {len(counts) - most} more op types" if len(counts) > most else "")
@@ -71,24 +76,14 @@ def overlap_line(m: Manifest) -> str:
     return "overlap: " + ", ".join(f"{a} || {b}" for a, b in m.overlap) + " (run at the same time, one lane per device)"
 
 
-def text(m: Manifest) -> str:
-    part = m.partition
-    total_nodes = sum(len(r.nodes) for r in m.regions)
-    lines = [f"model {m.model.name!r}  sha256 {m.model.sha256[:12]}  {_origin(m)}",
-             f"{total_nodes} nodes in {len(m.regions)} region(s); schedule: {' -> '.join(m.schedule)}",
-             overlap_line(m), coverage_line(part.coverage)]
-    for row in part.coverage.unsupported if part.coverage else ():
-        lines.append(f"  unsupported {row.op} x{row.count}: {row.reason}")
-    lines.append("")
-    lines.append(f"{'region':8s} {'target':22s} {'nodes':>5s} {'compute':>7s} {'MFLOPs':>9s} {'est us':>9s} "
-                 f"{'real us':>9s} {'in bytes':>10s} {'out bytes':>10s}")
-    for r in m.regions:
-        lines.append(f"{r.name:8s} {str(r.target):22s} {len(r.nodes):5d} {r.compute_nodes:7d} "
-                     f"{r.flops / 1e6:9.2f} {r.estimated_us:9.1f} {_measured(r):>9s} "
-                     f"{_bytes(_nbytes(m, r.inputs)):>10s} {_bytes(_nbytes(m, r.outputs)):>10s}")
-        if r.fallback:
-            lines.append(f"         fell back to the host: {r.fallback[:300]}")
-        lines.append(f"         ops: {_op_counts(m, r)}")
+def text(m: Manifest, rec: BuildRecord | None) -> str:
+    lines = [f"model {m.model.name!r}  sha256 {m.model.sha256[:12]}  {_origin(m, rec)}"]
+    if rec is None:
+        lines += [f"{len(m.regions)} region(s); schedule: {' -> '.join(m.schedule)}", overlap_line(m), NO_RECORD, ""]
+        lines += [f"{r.name:8s} {str(r.target):22s} in {_bytes(_nbytes(m, r.inputs)):>10s} "
+                  f"out {_bytes(_nbytes(m, r.outputs)):>10s}" for r in m.regions]
+    else:
+        lines += _record_lines(m, rec)
     crossing = _crossing(m)
     lines.append(f"\nboundary: {len(crossing)} tensor(s) between regions, "
                  f"{_bytes(_nbytes(m, tuple(v for v, _ in crossing)))} per run")
@@ -99,37 +94,70 @@ def text(m: Manifest) -> str:
     if m.memory:
         lines.append("\ndevice memory one run holds (checked against each device when the bundle loads):")
         lines += [f"  {d.driver:12s} {d.text()}" for d in m.memory]
-    if part.gate:
-        lines.append(f"\ngate: {'partition accepted' if part.gate.accepted else 'partition rejected'}: "
-                     f"{part.gate.detail}")
-    if m.verification:
-        lines.append(f"\nverification on the device vs {m.model.reference}:")
-        for c in m.verification.checked:
-            diff = "-" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
-            lines.append(f"  {c.region}: {'ok' if c.ok else 'FAILED'} (max abs diff {diff})")
-        for c in m.verification.moved_to_host:
-            lines.append(f"  {c.region}: moved to the host: {c.error}")
-    if any(r.tuning for r in m.regions) or m.host_runtime:
-        lines += ["", tuning_text(m)]
+    if rec is not None:
+        lines += _decision_lines(m, rec)
+    elif m.host_runtime:
+        lines.append(f"\nhost runtime: {m.host_runtime.label}")
     if m.index_ops:
         lines += ["", index_text(m)]
     if m.shapes:
         lines += ["", buckets_text(m)]
-    reasons = Counter(reason for _, reason in m.host_reasons)
-    if reasons:
-        lines.append("\nwhy nodes are on the host:")
-        for reason, n in reasons.most_common(12):
-            lines.append(f"  {n:4d} x {reason}")
-    for tip in part.suggestions:
-        lines.append(f"suggestion: {tip}")
+    if rec is not None:
+        reasons = Counter(reason for _, reason in rec.host_reasons)
+        if reasons:
+            lines.append("\nwhy nodes are on the host:")
+            lines += [f"  {n:4d} x {reason}" for reason, n in reasons.most_common(12)]
+        lines += [f"suggestion: {tip}" for tip in rec.partition.suggestions]
     return "\n".join(lines)
 
 
-def tuning_text(m: Manifest) -> str:
+def _record_lines(m: Manifest, rec: BuildRecord) -> list[str]:
+    """Coverage and the region table: what the plan put where, estimated and measured."""
+    part = rec.partition
+    lines = [f"{sum(len(r.nodes) for r in rec.regions)} nodes in {len(m.regions)} region(s); "
+             f"schedule: {' -> '.join(m.schedule)}", overlap_line(m), coverage_line(part.coverage)]
+    lines += [f"  unsupported {row.op} x{row.count}: {row.reason}"
+              for row in (part.coverage.unsupported if part.coverage else ())]
+    lines.append("")
+    lines.append(f"{'region':8s} {'target':22s} {'nodes':>5s} {'compute':>7s} {'MFLOPs':>9s} {'est us':>9s} "
+                 f"{'real us':>9s} {'in bytes':>10s} {'out bytes':>10s}")
+    for entry in m.regions:
+        r = rec.region(entry.name)
+        lines.append(f"{r.name:8s} {str(entry.target):22s} {len(r.nodes):5d} {r.compute_nodes:7d} "
+                     f"{r.flops / 1e6:9.2f} {r.estimated_us:9.1f} {_measured(r):>9s} "
+                     f"{_bytes(_nbytes(m, entry.inputs)):>10s} {_bytes(_nbytes(m, entry.outputs)):>10s}")
+        if r.fallback:
+            lines.append(f"         fell back to the host: {r.fallback[:300]}")
+        lines.append(f"         ops: {_op_counts(rec, r)}")
+    return lines
+
+
+def _decision_lines(m: Manifest, rec: BuildRecord) -> list[str]:
+    """The gate, verification and tuning: what the build decided by estimating or measuring."""
+    lines = []
+    gate = rec.partition.gate
+    if gate:
+        lines.append(f"\ngate: {'partition accepted' if gate.accepted else 'partition rejected'}: {gate.detail}")
+    if rec.verification:
+        lines.append(f"\nverification on the device vs {m.model.reference}:")
+        for c in rec.verification.checked:
+            diff = "-" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
+            lines.append(f"  {c.region}: {'ok' if c.ok else 'FAILED'} (max abs diff {diff})")
+        lines += [f"  {c.region}: moved to the host: {c.error}" for c in rec.verification.moved_to_host]
+    if _tuned(m, rec):
+        lines += ["", tuning_text(m, rec)]
+    return lines
+
+
+def _tuned(m: Manifest, rec: BuildRecord) -> bool:
+    return any(r.tuning for r in rec.regions) or m.host_runtime is not None
+
+
+def tuning_text(m: Manifest, rec: BuildRecord) -> str:
     """Per region: the winning flag set, its time and the default's; every rejection and why."""
     lines = [f"tuning (warm medians on the region's device; candidates checked against {m.model.reference}):"]
     for r in m.regions:
-        t = r.tuning
+        t = rec.region(r.name).tuning
         if t is None:
             lines.append(f"  {r.name}: not tuned (flags: {' '.join(r.flags) or 'none'})")
             continue
@@ -140,7 +168,8 @@ def tuning_text(m: Manifest) -> str:
             lines.append(f"      {c.name:28s} {_us(c.median_us):>12s}  {c.rejected or ''}"[:220])
     if m.host_runtime:
         rt = m.host_runtime
-        lines.append(f"host runtime: {rt.label} (" + ", ".join(f"{k}: {_us(v)}" for k, v in rt.measured) + ")")
+        measured = ", ".join(f"{k}: {_us(v)}" for k, v in rec.host_runtime_measured)
+        lines.append(f"host runtime: {rt.label}" + (f" ({measured})" if measured else ""))
     return "\n".join(lines)
 
 
@@ -184,20 +213,20 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} us"
 
 
-def svg(m: Manifest, width: int = 1500) -> str:
+def svg(m: Manifest, rec: BuildRecord, width: int = 1500) -> str:
     """One outlined block per region, in schedule order, flowing left to right and wrapping at
     ``width``; inside a block, nodes go left to right by depth and long regions wrap into bands,
     so a 400-node model stays readable on one screen. Red lines: tensors passed between regions."""
-    nodes = m.graph
+    nodes = rec.graph
     by_name = {n.name: n for n in nodes}
-    region_of = {n: r.name for r in m.regions for n in r.nodes}
+    region_of = {n: r.name for r in rec.regions for n in r.nodes}
     target = {r.name: r.target.backend for r in m.regions}
     producer = {v: n.name for n in nodes for v in n.outputs}
     col_w, row_h, node_w, node_h, pad, head = 64, 22, 58, 16, 10, 30
     per_band = max(1, (width - 2 * pad - 20) // col_w)
     local: dict[str, tuple[int, int]] = {}          # node -> (column, row) inside its region
     size: dict[str, tuple[int, int, int]] = {}      # region -> (columns, rows, bands)
-    for r in m.regions:
+    for r in rec.regions:
         depth: dict[str, int] = {}
         used: dict[int, int] = {}
         for name in r.nodes:  # topological order
@@ -228,14 +257,15 @@ def svg(m: Manifest, width: int = 1500) -> str:
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="9">']
-    for r in m.regions:
+    for r in rec.regions:
         cols, rows, bands = size[r.name]
         ox, oy = origin[r.name]
-        color = COLORS.get(r.target.backend, "#999")
+        backend = target[r.name]
+        color = COLORS.get(backend, "#999")
         out.append(f'<rect x="{ox}" y="{oy}" width="{cols * col_w + 2 * pad}" height="{head + bands * rows * row_h + pad}" '
                    f'fill="{color}" fill-opacity="0.10" stroke="{color}" stroke-width="2" rx="6"/>')
         out.append(f'<text x="{ox + 6}" y="{oy + 14}" font-size="11" font-weight="bold">{html.escape(r.name)} '
-                   f'<tspan font-weight="normal">{html.escape(r.target.backend)}, {len(r.nodes)} nodes</tspan></text>')
+                   f'<tspan font-weight="normal">{html.escape(backend)}, {len(r.nodes)} nodes</tspan></text>')
     for n in nodes:
         x2, y2 = pos(n.name)
         for v in n.inputs:
@@ -254,29 +284,31 @@ def svg(m: Manifest, width: int = 1500) -> str:
     return "\n".join(out)
 
 
-def html_page(m: Manifest) -> str:
-    part = m.partition
+def html_page(m: Manifest, rec: BuildRecord | None) -> str:
     esc = html.escape
+    if rec is None:
+        return (f"<!doctype html><html><head><meta charset='utf-8'><title>aot report: {esc(m.model.name)}</title>"
+                f"</head><body><h1>aot report: {esc(m.model.name)}</h1><pre>{esc(text(m, None))}</pre></body></html>\n")
+    part = rec.partition
     rows = "".join(
-        f"<tr><td>{esc(r.name)}</td><td style='color:{COLORS.get(r.target.backend, '#000')}'>{esc(str(r.target))}</td>"
+        f"<tr><td>{esc(e.name)}</td><td style='color:{COLORS.get(e.target.backend, '#000')}'>{esc(str(e.target))}</td>"
         f"<td>{len(r.nodes)}</td><td>{r.compute_nodes}</td><td>{r.flops / 1e6:.2f}</td>"
-        f"<td>{r.estimated_us:.1f}</td><td>{_measured(r)}</td><td>{_bytes(_nbytes(m, r.inputs))}</td>"
-        f"<td>{esc(r.fallback or '')}</td></tr>" for r in m.regions)
+        f"<td>{r.estimated_us:.1f}</td><td>{_measured(r)}</td><td>{_bytes(_nbytes(m, e.inputs))}</td>"
+        f"<td>{esc(r.fallback or '')}</td></tr>" for e, r in ((e, rec.region(e.name)) for e in m.regions))
     unsupported = "".join(f"<tr><td>{esc(u.op)}</td><td>{u.count}</td><td>{esc(u.reason)}</td></tr>"
                           for u in (part.coverage.unsupported if part.coverage else ()))
     gate = part.gate
     gate_html = (f"<p><b>Gate:</b> {'partition accepted' if gate.accepted else 'partition rejected'} &mdash; "
                  f"{esc(gate.detail)}</p>") if gate else "<p><b>Gate:</b> not applied (one region, or --no-gate)</p>"
     tips = "".join(f"<li>{esc(t)}</li>" for t in part.suggestions)
-    tuned = (f"<h2>Tuning</h2><pre>{esc(tuning_text(m))}</pre>"
-             if any(r.tuning for r in m.regions) or m.host_runtime else "")
+    tuned = f"<h2>Tuning</h2><pre>{esc(tuning_text(m, rec))}</pre>" if _tuned(m, rec) else ""
     legend = " ".join(f"<span style='background:{c};padding:2px 8px;border-radius:3px'>{esc(t)}</span>" for t, c in COLORS.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>aot report: {esc(m.model.name)}</title>
 <style>body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}
 .pic{{overflow:auto;border:1px solid #ccc}}</style></head><body>
 <h1>aot report: {esc(m.model.name)}</h1>
-<p>{esc(coverage_line(part.coverage))}; {sum(len(r.nodes) for r in m.regions)} nodes in {len(m.regions)} region(s);
+<p>{esc(coverage_line(part.coverage))}; {sum(len(r.nodes) for r in rec.regions)} nodes in {len(m.regions)} region(s);
 schedule {esc(' → '.join(m.schedule))}; {esc(overlap_line(m))}; policy {esc(part.policy)}, select {esc(part.select)}.</p>
 {gate_html}
 <h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
@@ -285,7 +317,7 @@ schedule {esc(' → '.join(m.schedule))}; {esc(overlap_line(m))}; policy {esc(pa
 {tuned}
 {f"<h2>Indexing ops</h2><pre>{esc(index_text(m))}</pre>" if m.index_ops else ""}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>
-<div class="pic">{svg(m)}</div>
+<div class="pic">{svg(m, rec)}</div>
 </body></html>
 """
 

@@ -16,8 +16,9 @@ from aot.frontend.graph import GraphView, Node, Value
 from aot.options import BuildOptions
 from aot.pipeline import build
 from aot.runtime import manifest as mf
-from aot.runtime.manifest import (ConstantInput, GateRecord, Manifest, ModelInfo, PartitionRecord, RegionCheck,
-                                  RegionEntry, TensorSig, Verification, Weights)
+from aot.record import (BuildRecord, GateRecord, GraphNode, Machine, PartitionRecord, RegionCheck, RegionRecord,
+                        Verification)
+from aot.runtime.manifest import ConstantInput, Manifest, ModelInfo, RegionEntry, TensorSig, Weights
 from aot.runtime.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,15 +34,13 @@ HOSTILE = [
 
 def hostile_manifest(name: str) -> Manifest:
     """A one-region manifest whose model, tensor and node names are ``name``."""
-    region = RegionEntry("r0", Target.host(), "host", "modules/r0.vmfb", "main", (name,), (name + "'out",), (name,),
-                         0, 0, 0.0, "0" * 64, None)
+    region = RegionEntry(name="r0", target=Target.host(), module="modules/r0.vmfb", function="main", inputs=(name,),
+                         outputs=(name + "'out",), sha256="0" * 64)
     return Manifest(
-        model=ModelInfo(name, "0" * 64, name, 17, 0),
+        model=ModelInfo(name=name, sha256="0" * 64, source=name),
         inputs=(TensorSig(name, "float32", (1, 3)), TensorSig(name + "2", "int64", (2,)), TensorSig("x", "float32", ())),
         outputs=(TensorSig(name + "'out", "float32", (1,)),),
-        constant_inputs=(), weights=None, regions=(region,), schedule=("r0",), boundary_tensors=(),
-        host_reasons=(), partition=PartitionRecord("greedy", "all", 2, None, None, (), "defaults"),
-        graph=(), cpu_flags=(), toolchain=(("aot", name),))
+        weights=None, regions=(region,), schedule=("r0",), boundary_tensors=(), toolchain=(("aot", name),))
 
 
 def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types: dict[str, str] | None = None,
@@ -56,18 +55,27 @@ def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types
 
 
 def small_manifest(module_sha: str = "0" * 64) -> Manifest:
-    region = RegionEntry("r0", Target.parse("vulkan"), "accel", "modules/r0.vmfb", "main", ("x",), ("y",), ("n0",),
-                         1, 8, 1.5, module_sha, None, measured_us=2.25)
+    region = RegionEntry(name="r0", target=Target.parse("vulkan"), module="modules/r0.vmfb", function="main",
+                         inputs=("x",), outputs=("y",), sha256=module_sha)
     return Manifest(
-        model=ModelInfo("m", "a" * 64, "/tmp/m.onnx", 17, 3),
+        model=ModelInfo(name="m", sha256="a" * 64, source="/tmp/m.onnx"),
         inputs=(TensorSig("x", "float32", (1, 2)),), outputs=(TensorSig("y", "float32", (1, 2)),),
         constant_inputs=(ConstantInput("sr", "int64", (), 16000), ConstantInput("axes", "int64", (2,), (0, 1))),
-        weights=Weights("weights.irpa", "model", "b" * 64), regions=(region,), schedule=("r0",),
-        boundary_tensors=(("x", mf.BoundaryTensor("float32", (1, 2), 8)),), host_reasons=(("n1", "why"),),
+        weights=Weights("weights.irpa", "model", "b" * 64, 1024), regions=(region,), schedule=("r0",),
+        boundary_tensors=(("x", mf.BoundaryTensor("float32", (1, 2), 8)),), cpu_flags=("avx2",),
+        toolchain=(("aot", "0.1.0"),))
+
+
+def small_record() -> BuildRecord:
+    """The build record of ``small_manifest``: every kind of decision filled in."""
+    return BuildRecord(
+        opset=17, folded_nodes=3, options={"tune": False},
         partition=PartitionRecord("greedy", "all", 2, GateRecord(True, 1.0, 2.0, None, "d", measured=True), None,
                                   ("tip",), "defaults"),
-        graph=(mf.GraphNode("n0", "Relu", ("x",), ("y",)),), cpu_flags=("avx2",), toolchain=(("aot", "0.1.0"),),
-        verification=Verification((RegionCheck("r0", True, 1e-6, None),), ()))
+        host_reasons=(("n1", "why"),), graph=(GraphNode("n0", "Relu", ("x",), ("y",)),),
+        regions=(RegionRecord(name="r0", planned_device="accel", nodes=("n0",), compute_nodes=1, flops=8,
+                              estimated_us=1.5, fallback=None, measured_us=2.25),),
+        machine=Machine("Linux", "cpu", 2), verification=Verification((RegionCheck("r0", True, 1e-6, None),), ()))
 
 
 @pytest.fixture(scope="session")

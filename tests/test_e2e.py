@@ -16,6 +16,7 @@ from aot.checks import reference
 from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
 from aot.options import BuildOptions
 from aot.pipeline import build
+from aot.record import BuildRecord
 from aot.runtime import manifest as mf
 from aot.runtime.target import Target
 from conftest import RTOL, ATOL, golden, run_aot
@@ -29,7 +30,7 @@ def test_default_model_on_vulkan_and_cpu_matches_onnxruntime(vulkan_bundle, exam
     m = vulkan_bundle.bundle.manifest
     targets = [r.target.backend for r in m.regions]
     assert "vulkan-spirv" in targets and "llvm-cpu" in targets
-    assert all(r.fallback is None for r in m.regions)
+    assert all(r.fallback is None for r in vulkan_bundle.bundle.record.regions)
     vk = next(r for r in m.regions if r.target.backend == "vulkan-spirv")
     assert vk.target.arch == "llvmpipe" and vk.target.driver == "vulkan"
     for seed in range(3):
@@ -42,24 +43,30 @@ def test_host_only_bundle_matches_onnxruntime(host_bundle, example_model):
 
 
 def test_manifest_contract(vulkan_bundle, example_model):
-    """The JSON a bundle ships (what a C stub or another tool reads) and its typed round trip."""
+    """The JSON a bundle ships (what a C stub or another tool reads) and its typed round trip;
+    the build record beside it, and the plan it replays."""
     typed = vulkan_bundle.bundle.manifest
     m = json.loads((vulkan_bundle.bundle.path / "manifest.json").read_text())
+    rec = json.loads((vulkan_bundle.bundle.path / "record.json").read_text())
     assert m == typed.to_json() and mf.Manifest.from_json(m) == typed
-    assert m["schema_version"] == 1
+    assert rec == vulkan_bundle.bundle.record.to_json() and BuildRecord.from_json(rec) == vulkan_bundle.bundle.record
+    assert m["schema_version"] == 2 and rec["record_schema"] == 1
+    assert m["weights"]["size"] == (vulkan_bundle.bundle.path / "weights.irpa").stat().st_size
     assert m["model"]["name"] == "tiny_cnn"
     import hashlib
     assert m["model"]["sha256"] == hashlib.sha256(example_model.read_bytes()).hexdigest()
     assert m["inputs"] == [{"name": "image", "dtype": "float32", "shape": [1, 3, 64, 64]}]
     assert [o["name"] for o in m["outputs"]] == ["logits", "top_probs", "top_classes"]
     assert set(m["toolchain"]) >= {"aot", "iree-base-compiler", "onnx"}
-    nodes = [n for r in m["regions"] for n in r["nodes"]]
+    nodes = [n for r in rec["regions"] for n in r["nodes"]]
     assert sorted(nodes) == sorted(n.name for n in onnx.load(str(example_model)).graph.node)
     for r in m["regions"]:
         assert (vulkan_bundle.bundle.path / r["module"]).is_file()
         assert mf.file_sha256(vulkan_bundle.bundle.path / r["module"]) == r["sha256"]
-    topk = next(r for r in m["regions"] if "top5" in r["nodes"])
-    assert topk["target"] == "llvm-cpu" and "TopK" in m["host_reasons"]["top5"]
+    topk = next(r["name"] for r in rec["regions"] if "top5" in r["nodes"])
+    assert typed.region(topk).target.backend == "llvm-cpu" and "TopK" in rec["host_reasons"]["top5"]
+    assert rec["options"]["accel"] == {"backend": "vulkan-spirv", "arch": "llvmpipe"}
+    assert json.loads((vulkan_bundle.bundle.path / "plan.json").read_text())["schedule"] == m["schedule"]
     assert m["schedule"] == [r["name"] for r in m["regions"]]
 
 
@@ -128,9 +135,10 @@ def test_corrupt_bundle_is_refused(vulkan_bundle, tmp_path):
 def test_accelerator_compile_failure_falls_back_to_host_and_is_recorded(example_model, tmp_path):
     # An unknown Vulkan arch crashes iree-compile outright: the build survives, the region moves.
     result = build(example_model, tmp_path / "fb", BuildOptions(accel=Target.parse("vulkan:no_such_gpu")))
-    region = next(r for r in result.bundle.manifest.regions if r.planned_device == "accel")
+    how = next(r for r in result.bundle.record.regions if r.planned_device == "accel")
+    region = result.bundle.manifest.region(how.name)
     assert region.target.backend == "llvm-cpu"
-    assert "Unknown Vulkan target 'no_such_gpu'" in region.fallback
+    assert "Unknown Vulkan target 'no_such_gpu'" in how.fallback
     golden(result.bundle.path, example_model)
 
 
@@ -195,8 +203,9 @@ def test_hostile_names_survive_a_real_build(tmp_path, name):
 
 def test_accelerator_compile_that_runs_too_long_falls_back(example_model, tmp_path):
     result = build(example_model, tmp_path / "slow", BuildOptions(accel=VULKAN, accel_compile_timeout=0.01))
-    region = next(r for r in result.bundle.manifest.regions if r.planned_device == "accel")
-    assert region.target.backend == "llvm-cpu" and "timed out after" in region.fallback
+    how = next(r for r in result.bundle.record.regions if r.planned_device == "accel")
+    region = result.bundle.manifest.region(how.name)
+    assert region.target.backend == "llvm-cpu" and "timed out after" in how.fallback
     golden(result.bundle.path, example_model)
 
 
@@ -206,14 +215,14 @@ def test_measured_gate_keeps_the_faster_bundle(example_model, tmp_path):
     import iree.runtime as rt
 
     result = build(example_model, tmp_path / "m", BuildOptions(accel=VULKAN, measure=True))
-    m = result.bundle.manifest
-    gate = m.partition.gate
+    m, rec = result.bundle.manifest, result.bundle.record
+    gate = rec.partition.gate
     assert gate.measured and gate.partitioned_us > 0 and gate.all_host_us > 0
     assert gate.accepted == (gate.partitioned_us < gate.all_host_us)
     if gate.accepted:
-        assert len(m.regions) == 2 and all(r.measured_us is not None for r in m.regions)
+        assert len(m.regions) == 2 and all(r.measured_us is not None for r in rec.regions)
     else:
-        assert [r.target.backend for r in m.regions] == ["llvm-cpu"] and m.regions[0].measured_us is not None
+        assert [r.target.backend for r in m.regions] == ["llvm-cpu"] and rec.regions[0].measured_us is not None
     if "llvmpipe" in rt.get_driver("vulkan").query_available_devices()[0]["name"]:
         assert not gate.accepted, "lavapipe beat the host CPU: the measurement is suspect"
     golden(result.bundle.path, example_model)
@@ -224,13 +233,13 @@ def test_report_html_draws_every_node_and_region(vulkan_bundle):
 
     from aot import report
 
-    m = vulkan_bundle.bundle.manifest
-    page = report.html_page(m)
+    m, rec = vulkan_bundle.bundle.manifest, vulkan_bundle.bundle.record
+    page = report.html_page(m, rec)
     assert "14/15 nodes supported on vulkan-spirv, 93.3%" in page and "partition accepted" in page
     svg_text = page[page.index("<svg"):page.index("</svg>") + 6]
     root = ET.fromstring(svg_text)  # well-formed XML
     titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
-    assert sorted(t.split(" (")[0] for t in titles) == sorted(n for r in m.regions for n in r.nodes)
+    assert sorted(t.split(" (")[0] for t in titles) == sorted(n for r in rec.regions for n in r.nodes)
     red = [l for l in root.iter("{http://www.w3.org/2000/svg}line") if l.get("stroke") == "#c0392b"]
     assert len(red) == 1  # probs: the one tensor passed between regions
     proc = run_aot("report", str(vulkan_bundle.bundle.path))
@@ -242,10 +251,10 @@ def test_report_escapes_hostile_names(vulkan_bundle):
 
     from aot import report
 
-    m = vulkan_bundle.bundle.manifest.to_json()
-    m["graph"][0]["name"] = '<script>alert(1)</script>&"'
-    m["regions"][0]["nodes"][0] = m["graph"][0]["name"]
-    page = report.html_page(mf.Manifest.from_json(m))
+    rec = vulkan_bundle.bundle.record.to_json()
+    rec["graph"][0]["name"] = '<script>alert(1)</script>&"'
+    rec["regions"][0]["nodes"][0] = rec["graph"][0]["name"]
+    page = report.html_page(vulkan_bundle.bundle.manifest, BuildRecord.from_json(rec))
     assert "<script>" not in page
     ET.fromstring(page[page.index("<svg"):page.index("</svg>") + 6])
 
@@ -255,20 +264,20 @@ def test_verification_moves_a_silently_wrong_region_to_the_host(example_model, t
     numbers without any error. Verification catches it, moves it to the host, and the rebuilt
     bundle matches onnxruntime."""
     result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere")))
-    m = result.bundle.manifest
-    moved = m.verification.moved_to_host
+    m, rec = result.bundle.manifest, result.bundle.record
+    moved = rec.verification.moved_to_host
     assert [c.region for c in moved] == ["r0"] and "differ from onnxruntime" in moved[0].error
     assert moved[0].max_abs_diff > 1e-2
     assert {r.target.backend for r in m.regions} == {"llvm-cpu"}
-    assert "verification moved region r0" in dict(m.host_reasons)["conv1"]
+    assert "verification moved region r0" in dict(rec.host_reasons)["conv1"]
     golden(result.bundle.path, example_model)
     assert "moved to the host" in run_aot("report", str(result.bundle.path)).stdout
 
 
 def test_without_verification_the_runtime_refuses_the_mismatched_module(example_model, tmp_path):
     result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere"), verify=False))
-    assert result.bundle.manifest.verification is None
-    assert "verification" not in json.loads((result.bundle.path / "manifest.json").read_text())
+    assert result.bundle.record.verification is None
+    assert "verification" not in json.loads((result.bundle.path / "record.json").read_text())
     with pytest.raises(DeviceError, match="compiled for Vulkan target 'ampere'"):
         runtime.load(result.bundle.path)
 
@@ -325,7 +334,7 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
 
     monkeypatch.setattr(verify.runtime, "Session", session_failing_first)
     result = build(example_model, tmp_path / "lost", BuildOptions(accel=VULKAN))
-    moved = result.bundle.manifest.verification.moved_to_host
+    moved = result.bundle.record.verification.moved_to_host
     assert [(c.region, c.max_abs_diff) for c in moved] == [("r0", None)]
     assert "initializers" in moved[0].error
     assert {r.target.backend for r in result.bundle.manifest.regions} == {"llvm-cpu"}
@@ -333,7 +342,7 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
 
 
 def test_a_good_build_records_its_verification(vulkan_bundle):
-    checked = vulkan_bundle.bundle.manifest.verification.checked
+    checked = vulkan_bundle.bundle.record.verification.checked
     assert [(c.region, c.ok) for c in checked] == [("r0", True)]
     assert checked[0].max_abs_diff < 1e-4
 

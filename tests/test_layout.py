@@ -14,7 +14,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "aot"
 # The build stages and what they share; aot.api and aot.cli sit on top and may use the tooling.
 STAGES = ("aot.frontend", "aot.partition", "aot.lower", "aot.bundle", "aot.runtime", "aot.checks",
-          "aot.pipeline", "aot.options", "aot.workspace", "aot.errors", "aot.report")
+          "aot.pipeline", "aot.options", "aot.workspace", "aot.errors", "aot.report", "aot.record")
 # A bundle ships a copy of aot.runtime (stubs/python/aot_runtime): it may import only itself.
 RUNTIME_MAY_IMPORT = {"numpy", "iree.runtime", "aot.runtime"}
 

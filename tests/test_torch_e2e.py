@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import aot
+import aot.record
 import torch_models as tm
 from aot import runtime
 from conftest import ROOT
@@ -65,8 +66,8 @@ def test_the_bundle_matches_eager_pytorch(name, accel, torch_bundles):
     assert manifest.model.frontend == "torch" and manifest.model.reference == "PyTorch eager"
     assert {"torch", "iree-turbine"} <= dict(manifest.toolchain).keys()
     if accel == "vulkan":
-        checked = manifest.verification.checked
-        assert checked and all(c.ok for c in checked) and not manifest.verification.moved_to_host
+        verification = aot.record.read(bundle).verification
+        assert verification.checked and all(c.ok for c in verification.checked) and not verification.moved_to_host
 
 
 @pytest.mark.parametrize("name", list(tm.EXAMPLES))
@@ -117,8 +118,8 @@ def test_cuda_builds_keep_fused_attention_and_compile_without_a_gpu(tmp_path):
     result = aot.build_torch(tm.encoder(), tm.example_inputs("encoder"), tmp_path, accel="cuda",
                              host=aot.Target.host("x86-64-v3"))
     regions = result.bundle.manifest.regions
-    assert [(r.target.backend, r.fallback) for r in regions] == [("cuda", None)]
-    ops = {g.op for g in result.bundle.manifest.graph}
+    assert [(r.target.backend, result.bundle.record.region(r.name).fallback) for r in regions] == [("cuda", None)]
+    ops = {g.op for g in result.bundle.record.graph}
     assert "aten.scaled_dot_product_attention" in ops and "aten.matmul" not in ops
 
 

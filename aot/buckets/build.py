@@ -82,6 +82,7 @@ def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options
             link_or_copy(b.result.bundle.path / m.weights.path, staging / own)
             m = dataclasses.replace(m, weights=dataclasses.replace(m.weights, path=own))
         path = m.write(staging, f"buckets/b{i}.json")
+        b.result.bundle.record.write(staging, f"buckets/b{i}.record.json")   # how that bucket was built
         buckets.append(Bucket(b.sizes, f"buckets/b{i}.json", file_sha256(path), b.checks))
     dynamic = None
     if options.fallback == "dynamic" and any(not d.batch for d in dims):
@@ -89,7 +90,7 @@ def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options
     elif options.fallback == "dynamic":
         progress("fallback none needed: every symbolic dimension is a batch, which runs in chunks past its ladder")
     top = dataclasses.replace(first.manifest, shapes=Shapes(dims, tuple(buckets), options.pad_values, dynamic))
-    return publish_bundle(Staged(staging, top, built[0].result.plan), ws.bundle)
+    return publish_bundle(Staged(staging, top, first.record, built[0].result.plan), ws.bundle)
 
 
 def _copy_bucket(bundle: Path, manifest: Manifest, staging: Path, folder: str) -> Manifest:

@@ -68,12 +68,12 @@ def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOpt
     module = f"modules/{REGION}/{REGION}.vmfb"
     (staging / module).parent.mkdir(parents=True, exist_ok=True)
     link_or_copy(compiled.vmfb, staging / module)
-    region = RegionEntry(REGION, compiled.target, HOST, module, imported.func_name,
-                         tuple(s.name for s in first.inputs), tuple(o.name for o in first.outputs),
-                         tuple(n.name for n in first.graph), 0, 0, 0.0, compiled.sha256, None)
+    region = RegionEntry(name=REGION, target=compiled.target, module=module, function=imported.func_name,
+                         inputs=tuple(s.name for s in first.inputs), outputs=tuple(o.name for o in first.outputs),
+                         sha256=compiled.sha256)
     manifest = dataclasses.replace(
         first, regions=(region,), schedule=(REGION,), weights=next(iter(archives), None), extra_weights=archives[1:],
-        boundary_tensors=(), memory=(), overlap=(), shapes=None, verification=None,
+        boundary_tensors=(), memory=(), overlap=(), shapes=None,
         index_ops=tuple(op for op in first.index_ops if op.status == "checked"))
     checked, diff = _check(model, staging, manifest, dims)
     progress(f"fallback dynamic host module: {', '.join(f'{s}={n}' for s, n in checked)} matches onnxruntime "
@@ -119,7 +119,7 @@ def _archives(first: Manifest, own: dict[str, bytes], staging: Path) -> tuple[We
         index.add_buffer(key, data)
     (staging / WEIGHTS).parent.mkdir(parents=True, exist_ok=True)
     index.create_archive_file(str(staging / WEIGHTS))
-    return (*archives, Weights(WEIGHTS, SCOPE, file_sha256(staging / WEIGHTS)))
+    return (*archives, Weights(WEIGHTS, SCOPE, file_sha256(staging / WEIGHTS), (staging / WEIGHTS).stat().st_size))
 
 
 def _check(model: Path, staging: Path, manifest: Manifest, dims: tuple[Dim, ...]) -> tuple[tuple[tuple[str, int], ...], float]:

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import aot
 from aot.frontend.graph import GraphView
@@ -25,8 +25,8 @@ from aot.partition.cost import RegionEstimate
 from aot.partition.plan import Plan
 from aot.runtime import lanes
 from aot.runtime import manifest as mf
-from aot.runtime.manifest import (BoundaryTensor, ConstantInput, GraphNode, Manifest, ModelInfo, PartitionRecord,
-                                  RegionEntry, TensorSig, Weights)
+from aot.record import PLAN, BuildRecord, GraphNode, Machine, PartitionRecord, RegionRecord
+from aot.runtime.manifest import BoundaryTensor, ConstantInput, Manifest, ModelInfo, RegionEntry, TensorSig, Weights
 from aot.workspace import publish
 
 if TYPE_CHECKING:
@@ -35,10 +35,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Staged:
-    """A candidate bundle: its files in ``path``, described by ``manifest`` (not yet written)."""
+    """A candidate bundle: its files in ``path``, described by ``manifest`` (the deploy contract)
+    and ``record`` (how it was built), neither written yet."""
 
     path: Path
     manifest: Manifest
+    record: BuildRecord
     plan: Plan
     sources: Path | None = None   # the folder of region MLIR it was compiled from (region.mlir)
 
@@ -49,38 +51,50 @@ class Bundle:
 
     path: Path
     manifest: Manifest
+    record: BuildRecord
     stub: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    manifest: Manifest
+    record: BuildRecord
 
 
 def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, partition: PartitionRecord,
              outlined: tuple[OutlinedRegion, ...], compiled: tuple[CompiledRegion, ...],
-             estimates: Mapping[str, RegionEstimate], weights_sha256: str) -> Manifest:
-    """The manifest of a compiled plan (pure: everything it states is handed in)."""
+             estimates: Mapping[str, RegionEstimate], weights: Weights, options: Any) -> Described:
+    """The deploy contract and the build record of a compiled plan (pure: everything they state
+    is handed in). ``options``: the resolved build options as JSON."""
     by_name = {c.region: c for c in compiled}
-    regions = []
+    regions, records = [], []
     boundary: dict[str, BoundaryTensor] = {}
     for o in outlined:
         c, r, e = by_name[o.name], plan.region(o.name), estimates[o.name]
-        regions.append(RegionEntry(o.name, c.target, r.device, f"modules/{o.name}.vmfb", o.function, o.inputs,
-                                   o.outputs, r.nodes, e.compute_nodes, e.flops, e.estimated_us, c.sha256,
-                                   c.fallback, flags=c.opt_flags))
+        regions.append(RegionEntry(name=o.name, target=c.target, module=f"modules/{o.name}.vmfb",
+                                   function=o.function, inputs=o.inputs, outputs=o.outputs, sha256=c.sha256,
+                                   flags=c.opt_flags))
+        records.append(RegionRecord(name=o.name, planned_device=r.device, nodes=r.nodes,
+                                    compute_nodes=e.compute_nodes, flops=e.flops, estimated_us=e.estimated_us,
+                                    fallback=c.fallback))
         for v in (*o.inputs, *o.outputs):
             val = view.values[v]
             boundary[v] = BoundaryTensor(val.dtype, val.shape, val.nbytes)
-    return Manifest(
-        model=ModelInfo(source.name, source.sha256, str(source.path), source.opset, source.folded_nodes,
-                        source.frontend),
+    record = BuildRecord(
+        opset=source.opset, folded_nodes=source.folded_nodes, options=options, partition=partition,
+        host_reasons=plan.reasons,
+        graph=tuple(GraphNode(n.name, n.op_type, n.inputs, n.outputs) for n in view.nodes),
+        regions=tuple(records), machine=Machine.this())
+    manifest = Manifest(
+        model=ModelInfo(name=source.name, sha256=source.sha256, source=str(source.path), frontend=source.frontend),
         inputs=tuple(map(_sig, source.inputs)),
         outputs=tuple(map(_sig, source.outputs)),
         constant_inputs=tuple(ConstantInput(n, v.dtype.name, tuple(v.shape), mf.freeze(v.tolist()))
                               for n, v in source.constants),
-        weights=Weights("weights.irpa", PARAMS_SCOPE, weights_sha256),
+        weights=weights,
         regions=tuple(regions),
         schedule=plan.schedule,
         boundary_tensors=tuple(boundary.items()),
-        host_reasons=plan.reasons,
-        partition=partition,
-        graph=tuple(GraphNode(n.name, n.op_type, n.inputs, n.outputs) for n in view.nodes),
         cpu_flags=mf.cpu_flags(),
         toolchain=(("aot", aot.__version__), ("iree-base-compiler", version("iree-base-compiler")),
                    ("iree-base-runtime", version("iree-base-runtime")), ("onnx", version("onnx")),
@@ -90,6 +104,12 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
                                                              {o.name: o.outputs for o in outlined}),
                                   {c.region: c.target.driver for c in compiled}),
     )
+    return Described(manifest, record)
+
+
+def weights_entry(params: Path) -> Weights:
+    """The contract's entry for the one weights archive every region module reads."""
+    return Weights("weights.irpa", PARAMS_SCOPE, mf.file_sha256(params), params.stat().st_size)
 
 
 def stage(staging: Path, compiled: tuple[CompiledRegion, ...], weights: Path) -> None:
@@ -101,16 +121,17 @@ def stage(staging: Path, compiled: tuple[CompiledRegion, ...], weights: Path) ->
 
 
 def publish_bundle(staged: Staged, target: Path) -> Bundle:
-    """Write the manifest, plan and stubs into the staged folder, check it as the runtime will,
-    and make it ``target`` in one rename."""
+    """Write the deploy contract, the build record, the plan and the stubs into the staged folder,
+    check it as the runtime will, and make it ``target`` in one rename."""
     from aot.bundle import stubs
 
     staged.manifest.write(staged.path)
-    staged.plan.save(staged.path / "plan.json")
+    staged.record.write(staged.path)
+    staged.plan.save(staged.path / PLAN)
     stub = stubs.write_stubs(staged.manifest, staged.path)
     mf.read(staged.path)  # the bundle must satisfy the same checks the runtime applies
     publish(staged.path, target)
-    return Bundle(target, staged.manifest, target / stub.relative_to(staged.path))
+    return Bundle(target, staged.manifest, staged.record, target / stub.relative_to(staged.path))
 
 
 def _sig(spec: TensorSpec) -> TensorSig:

@@ -19,7 +19,8 @@ from aot.checks.compare import VERIFY_RTOL, within
 from aot.errors import DeviceError
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
-from aot.runtime.manifest import Manifest, RegionCheck
+from aot.record import RegionCheck
+from aot.runtime.manifest import Manifest
 
 
 def reference_values(source: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

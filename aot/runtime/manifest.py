@@ -1,8 +1,12 @@
-"""The manifest: the contract between build and deploy. Stubs, the runtime, the report and the
-checks read nothing else.
+"""The deploy contract: what a deployment reads of a bundle (inputs, outputs, regions with their
+modules, targets and hashes, weights and their digests, schedule, boundary tensors, shapes, memory,
+index guards, the host runtime). The stubs and the runtime read nothing else.
 
-Typed, frozen records; dicts exist only in ``to_json``/``from_json``. Pure data (json, hashlib):
-the runtime imports this module, so it must not import onnx, jinja2 or iree.compiler.
+What the build decided and measured (partition reasons, gate, coverage, verification, tuning,
+estimates) is the build record (``aot/record.py``, ``record.json``): the runtime never parses it.
+
+Typed, frozen records written and read by one codec (``codec.py``) from their fields. Pure data
+(json, hashlib): the runtime imports this module, so it must not import onnx, jinja2 or iree.compiler.
 """
 
 from __future__ import annotations
@@ -10,18 +14,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
 
+from . import codec
+from .codec import Inline, field, freeze
 from .errors import BundleError
 from .memory import DeviceMemory
 from .shapes import Bucket, Fallback, Shapes
 from .signature import TensorSig
 from .target import Target
 
-SCHEMA_VERSION = 1
+# 2: the build record moved out to record.json. Schema-1 manifests (which held it inline) still
+# read: their extra keys are ignored, and the report says they have no build record.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 MANIFEST = "manifest.json"
+FRONTENDS = ("onnx", "torch")
+HOST_DRIVERS = ("local-task", "local-sync")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,39 +45,19 @@ class ConstantInput:
     shape: tuple[int, ...]
     value: Any                # nested tuples of numbers (JSON lists, frozen)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "value": thaw(self.value)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ConstantInput":
-        return cls(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]), freeze(d["value"]))
-
-
-FRONTENDS = ("onnx", "torch")
-
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
     name: str
     sha256: str               # of the source file (torch: of the exported MLIR)
     source: str               # its path at build time (torch: the factory, ``pkg.module:factory``)
-    opset: int                # ONNX opset; 0 for a PyTorch module
-    folded_nodes: int
-    frontend: str = "onnx"    # "onnx" or "torch": which reference the bundle's checks compare with
+    # "onnx" or "torch": which reference the bundle's checks compare with. Written only for torch,
+    # so an ONNX bundle's manifest reads the same as before the torch front end.
+    frontend: str = field(default="onnx", omit_default=True)
 
-    def to_json(self) -> dict[str, Any]:
-        d = {"name": self.name, "sha256": self.sha256, "source": self.source, "opset": self.opset,
-             "folded_nodes": self.folded_nodes}
-        # Written only for torch: an ONNX bundle's manifest reads the same as before the torch front end.
-        return d if self.frontend == "onnx" else {**d, "frontend": self.frontend}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ModelInfo":
-        frontend = str(d.get("frontend", "onnx"))   # bundles from before the torch front end
-        if frontend not in FRONTENDS:
-            raise BundleError(f"manifest: unknown front end {frontend!r}", hint=f"expected one of {FRONTENDS}")
-        return cls(str(d["name"]), str(d["sha256"]), str(d["source"]), int(d["opset"]), int(d["folded_nodes"]),
-                   frontend)
+    def __post_init__(self) -> None:
+        if self.frontend not in FRONTENDS:
+            raise BundleError(f"manifest: unknown front end {self.frontend!r}", hint=f"expected one of {FRONTENDS}")
 
     @property
     def reference(self) -> str:
@@ -79,130 +70,50 @@ class Weights:
     path: str                 # inside the bundle
     scope: str                # the parameter scope region modules name
     sha256: str
+    size: int | None = field(default=None, omit_default=True)   # bytes; None in bundles from before it
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "scope": self.scope, "sha256": self.sha256}
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Weights":
-        return cls(str(d["path"]), str(d["scope"]), str(d["sha256"]))
+def _write_target(t: Target) -> dict[str, Any]:
+    return {"target": t.backend, "arch": t.arch, "driver": t.driver}
+
+
+def _read_target(d: dict[str, Any]) -> Target:
+    target = Target(str(d["target"]), str(d["arch"]))
+    if target.backend not in Target.backends() or d["driver"] != target.driver:
+        raise ValueError(f"region {d.get('name')!r} has target {d['target']!r} / driver {d['driver']!r}")
+    return target
 
 
 @dataclass(frozen=True, slots=True)
 class RegionEntry:
-    """One compiled region: its module, its device and the tensors it reads and writes."""
+    """One compiled region: its module, the device it was compiled for, the tensors it reads and
+    writes. How it came to be (its nodes, estimates, tuning) is in the build record."""
 
     name: str
-    target: Target            # what it was compiled for (backend, arch; the driver follows)
-    planned_device: str       # the partitioner's label: "accel" or "host"
-    module: str               # path inside the bundle
-    function: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    nodes: tuple[str, ...]
-    compute_nodes: int
-    flops: int
-    estimated_us: float
-    sha256: str               # of the module
-    fallback: str | None      # why the accelerator compile failed, when it fell back to the host
-    measured_us: float | None = None
-    flags: tuple[str, ...] = ()       # optimisation flags it was compiled with (beyond the target's)
-    tuning: "Tuning | None" = None    # the flag search that chose ``flags``, when it was tuned
-
-    def to_json(self) -> dict[str, Any]:
-        d = {"name": self.name, "target": self.target.backend, "arch": self.target.arch,
-             "driver": self.target.driver, "planned_device": self.planned_device, "module": self.module,
-             "function": self.function, "inputs": list(self.inputs), "outputs": list(self.outputs),
-             "nodes": list(self.nodes), "compute_nodes": self.compute_nodes, "flops": self.flops,
-             "estimated_us": self.estimated_us, "sha256": self.sha256, "fallback": self.fallback}
-        if self.measured_us is not None:
-            d["measured_us"] = self.measured_us
-        if self.flags:
-            d["flags"] = list(self.flags)
-        if self.tuning is not None:
-            d["tuning"] = self.tuning.to_json()
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RegionEntry":
-        target = Target(str(d["target"]), str(d["arch"]))
-        if target.backend not in Target.backends() or d["driver"] != target.driver:
-            raise ValueError(f"region {d.get('name')!r} has target {d['target']!r} / driver {d['driver']!r}")
-        return cls(str(d["name"]), target, str(d["planned_device"]), str(d["module"]), str(d["function"]),
-                   _strs(d["inputs"]), _strs(d["outputs"]), _strs(d["nodes"]), int(d["compute_nodes"]),
-                   int(d["flops"]), float(d["estimated_us"]), str(d["sha256"]), _opt_str(d["fallback"]),
-                   _opt_float(d.get("measured_us")),
-                   _strs(d.get("flags", [])), _optional(Tuning.from_json, d.get("tuning")))
-
-
-@dataclass(frozen=True, slots=True)
-class TuneCandidate:
-    """One flag set tried for a region, and what became of it."""
-
-    name: str
-    flags: tuple[str, ...]
-    median_us: float | None       # warm median on the region's device; None: rejected before timing
-    max_abs_diff: float | None    # against onnxruntime's output for the region
-    rejected: str | None          # why (compile failure, crash, timeout, mismatch); None: it ran correctly
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "flags": list(self.flags), "median_us": self.median_us,
-                "max_abs_diff": self.max_abs_diff, "rejected": self.rejected}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TuneCandidate":
-        return cls(str(d["name"]), _strs(d["flags"]), _opt_float(d["median_us"]), _opt_float(d["max_abs_diff"]),
-                   _opt_str(d["rejected"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Tuning:
-    """A region's flag search: the fastest candidate that matched onnxruntime wins."""
-
-    winner: str
-    best_us: float | None         # the winner's median; None when no candidate ran correctly
-    default_us: float | None      # the default flags' median; None when the default was rejected
-    device: str                   # where the candidates were timed
-    candidates: tuple[TuneCandidate, ...]
-
-    @property
-    def speedup(self) -> float | None:
-        return self.default_us / self.best_us if self.default_us and self.best_us else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"winner": self.winner, "best_us": self.best_us, "default_us": self.default_us,
-                "device": self.device, "candidates": [c.to_json() for c in self.candidates]}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Tuning":
-        return cls(str(d["winner"]), _opt_float(d["best_us"]), _opt_float(d["default_us"]), str(d["device"]),
-                   tuple(map(TuneCandidate.from_json, d["candidates"])))
+    target: Target = field(inline=Inline(_write_target, _read_target))   # backend, arch; the driver follows
+    module: str = field()     # path inside the bundle
+    function: str = field()
+    inputs: tuple[str, ...] = field()
+    outputs: tuple[str, ...] = field()
+    sha256: str = field()     # of the module
+    flags: tuple[str, ...] = field(default=(), omit_default=True)   # optimisation flags beyond the target's
 
 
 @dataclass(frozen=True, slots=True)
 class HostRuntime:
-    """How the runtime opens the CPU device, chosen by measuring whole runs of the bundle."""
+    """How the runtime opens the CPU device (chosen by measuring whole runs; the measurements are
+    in the build record)."""
 
     driver: str                               # local-task (a worker pool) or local-sync (the caller's thread)
     flags: tuple[str, ...]                    # iree.runtime flags set before the device opens
-    measured: tuple[tuple[str, float], ...]   # (configuration, median us of a whole run)
+
+    def __post_init__(self) -> None:
+        if self.driver not in HOST_DRIVERS:
+            raise ValueError(f"host_runtime driver {self.driver!r} is not one of {HOST_DRIVERS}")
 
     @property
     def label(self) -> str:
         return " ".join((self.driver, *self.flags))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"driver": self.driver, "flags": list(self.flags), "measured_us": dict(self.measured)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "HostRuntime":
-        if d["driver"] not in HOST_DRIVERS:
-            raise ValueError(f"host_runtime driver {d['driver']!r} is not one of {HOST_DRIVERS}")
-        return cls(str(d["driver"]), _strs(d["flags"]),
-                   tuple((str(k), float(v)) for k, v in d.get("measured_us", {}).items()))
-
-
-HOST_DRIVERS = ("local-task", "local-sync")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,135 +123,6 @@ class BoundaryTensor:
     dtype: str
     shape: tuple[int, ...] | None
     bytes: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape), "bytes": self.bytes}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "BoundaryTensor":
-        return cls(str(d["dtype"]), None if d["shape"] is None else tuple(int(x) for x in d["shape"]),
-                   None if d["bytes"] is None else int(d["bytes"]))
-
-
-@dataclass(frozen=True, slots=True)
-class GateRecord:
-    """The gate's decision and the numbers behind it (estimated, or measured with --measure)."""
-
-    accepted: bool
-    partitioned_us: float
-    all_host_us: float
-    all_accel_us: float | None
-    detail: str
-    measured: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        d = {"accepted": self.accepted, "partitioned_us": self.partitioned_us, "all_host_us": self.all_host_us,
-             "all_accel_us": self.all_accel_us, "detail": self.detail}
-        return {**d, "measured": True} if self.measured else d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "GateRecord":
-        return cls(bool(d["accepted"]), float(d["partitioned_us"]), float(d["all_host_us"]),
-                   _opt_float(d["all_accel_us"]), str(d["detail"]),
-                   bool(d.get("measured", False)))
-
-
-@dataclass(frozen=True, slots=True)
-class UnsupportedOp:
-    op: str
-    count: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class CoverageRecord:
-    """Operator coverage of the accelerator target before any merging or selection."""
-
-    target: str
-    supported: int
-    total: int
-    unsupported: tuple[UnsupportedOp, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "supported": self.supported, "total": self.total,
-                "unsupported": [{"op": u.op, "count": u.count, "reason": u.reason} for u in self.unsupported]}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "CoverageRecord":
-        return cls(str(d["target"]), int(d["supported"]), int(d["total"]),
-                   tuple(UnsupportedOp(str(u["op"]), int(u["count"]), str(u["reason"])) for u in d["unsupported"]))
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionRecord:
-    policy: str
-    select: str
-    min_compute: int
-    gate: GateRecord | None
-    coverage: CoverageRecord | None
-    suggestions: tuple[str, ...]
-    cost_model: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"policy": self.policy, "select": self.select, "min_compute": self.min_compute,
-                "gate": None if self.gate is None else self.gate.to_json(),
-                "coverage": None if self.coverage is None else self.coverage.to_json(),
-                "suggestions": list(self.suggestions), "cost_model": self.cost_model}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "PartitionRecord":
-        return cls(str(d["policy"]), str(d["select"]), int(d["min_compute"]),
-                   _optional(GateRecord.from_json, d["gate"]), _optional(CoverageRecord.from_json, d["coverage"]),
-                   _strs(d["suggestions"]), str(d["cost_model"]))
-
-
-@dataclass(frozen=True, slots=True)
-class GraphNode:
-    """A node of the model as partitioned (for the report's picture; the runtime ignores it)."""
-
-    name: str
-    op: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "op": self.op, "inputs": list(self.inputs), "outputs": list(self.outputs)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "GraphNode":
-        return cls(str(d["name"]), str(d["op"]), _strs(d["inputs"]), _strs(d["outputs"]))
-
-
-@dataclass(frozen=True, slots=True)
-class RegionCheck:
-    """One accelerator region run on its device against onnxruntime's tensors."""
-
-    region: str
-    ok: bool
-    max_abs_diff: float | None   # None when it did not run
-    error: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"region": self.region, "ok": self.ok, "max_abs_diff": self.max_abs_diff, "error": self.error}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RegionCheck":
-        return cls(str(d["region"]), bool(d["ok"]), None if d["max_abs_diff"] is None else float(d["max_abs_diff"]),
-                   _opt_str(d["error"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Verification:
-    checked: tuple[RegionCheck, ...]          # the regions that passed, in the shipped bundle
-    moved_to_host: tuple[RegionCheck, ...]    # the failures that moved their region to the host
-
-    def to_json(self) -> dict[str, Any]:
-        return {"checked": [c.to_json() for c in self.checked],
-                "moved_to_host": [c.to_json() for c in self.moved_to_host]}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Verification":
-        return cls(tuple(map(RegionCheck.from_json, d["checked"])), tuple(map(RegionCheck.from_json, d["moved_to_host"])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,18 +148,17 @@ class IndexOp:
     input: str | None = None
     flag: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "op": self.op, "indices": self.indices, "dims": list(self.dims),
-                "status": self.status, "input": self.input, "flag": self.flag}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "IndexOp":
-        return cls(str(d["node"]), str(d["op"]), str(d["indices"]), tuple(int(x) for x in d["dims"]),
-                   str(d["status"]), _opt_str(d.get("input")), _opt_str(d.get("flag")))
-
     @property
     def valid(self) -> str:
         return ", ".join(f"[{-d}, {d - 1}]" for d in self.dims)
+
+
+def _write_cpu_flags(flags: tuple[str, ...]) -> dict[str, Any]:
+    return {"build_machine": {"cpu_flags": list(flags)}}
+
+
+def _read_cpu_flags(d: dict[str, Any]) -> tuple[str, ...]:
+    return codec.decode(tuple[str, ...], d.get("build_machine", {}).get("cpu_flags", []))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,23 +166,20 @@ class Manifest:
     model: ModelInfo
     inputs: tuple[TensorSig, ...]
     outputs: tuple[TensorSig, ...]
-    constant_inputs: tuple[ConstantInput, ...]
     weights: Weights | None
     regions: tuple[RegionEntry, ...]
     schedule: tuple[str, ...]
-    boundary_tensors: tuple[tuple[str, BoundaryTensor], ...]
-    host_reasons: tuple[tuple[str, str], ...]    # (node, why it runs on the host)
-    partition: PartitionRecord
-    graph: tuple[GraphNode, ...]
-    cpu_flags: tuple[str, ...]                   # the build machine's; llvm-cpu code for "host" may use them
-    toolchain: tuple[tuple[str, str], ...]       # (package, version)
-    verification: Verification | None = None
-    host_runtime: HostRuntime | None = None      # None: local-task with IREE's default topology
-    index_ops: tuple[IndexOp, ...] = ()
-    shapes: Shapes | None = None                 # symbolic dimensions and their buckets (runtime/shapes.py)
-    memory: tuple[DeviceMemory, ...] = ()        # per device, what one run holds (runtime/memory.py)
-    overlap: tuple[tuple[str, str], ...] = ()    # regions on different devices that may run at once (lanes.py)
-    extra_weights: tuple[Weights, ...] = ()      # archives of further scopes (the dynamic fallback's own)
+    boundary_tensors: tuple[tuple[str, BoundaryTensor], ...] = field(as_map=True)
+    toolchain: tuple[tuple[str, str], ...] = field(as_map=True)     # (package, version)
+    constant_inputs: tuple[ConstantInput, ...] = ()
+    # The build machine's ISA flags: llvm-cpu code for "host" may use them (the runtime checks).
+    cpu_flags: tuple[str, ...] = field(default=(), inline=Inline(_write_cpu_flags, _read_cpu_flags))
+    host_runtime: HostRuntime | None = field(default=None, omit_default=True)  # None: local-task, IREE's topology
+    index_ops: tuple[IndexOp, ...] = field(default=(), omit_default=True)
+    shapes: Shapes | None = field(default=None, omit_default=True)     # symbolic dims and buckets (shapes.py)
+    memory: tuple[DeviceMemory, ...] = field(default=(), omit_default=True)   # per device (memory.py)
+    overlap: tuple[tuple[str, str], ...] = field(default=(), omit_default=True)  # may run at once (lanes.py)
+    extra_weights: tuple[Weights, ...] = field(default=(), omit_default=True)  # the dynamic fallback's own
 
     def region(self, name: str) -> RegionEntry:
         return next(r for r in self.regions if r.name == name)
@@ -425,74 +203,18 @@ class Manifest:
         """The runtime drivers the bundle opens, in schedule order."""
         return tuple(dict.fromkeys(self.driver(self.region(n)) for n in self.schedule))
 
-    def with_measurements(self, per_region: dict[str, float], gate: GateRecord) -> "Manifest":
-        regions = tuple(replace(r, measured_us=round(per_region[r.name], 3)) if r.name in per_region else r
-                        for r in self.regions)
-        return replace(self, regions=regions, partition=replace(self.partition, gate=gate))
-
     def to_json(self) -> dict[str, Any]:
-        d = {
-            "schema_version": SCHEMA_VERSION,
-            "model": self.model.to_json(),
-            "inputs": [t.to_json() for t in self.inputs],
-            "constant_inputs": [c.to_json() for c in self.constant_inputs],
-            "outputs": [t.to_json() for t in self.outputs],
-            "weights": None if self.weights is None else self.weights.to_json(),
-            "regions": [r.to_json() for r in self.regions],
-            "schedule": list(self.schedule),
-            "boundary_tensors": {k: v.to_json() for k, v in self.boundary_tensors},
-            "host_reasons": dict(self.host_reasons),
-            "partition": self.partition.to_json(),
-            "graph": [n.to_json() for n in self.graph],
-            "build_machine": {"cpu_flags": list(self.cpu_flags)},
-            "toolchain": dict(self.toolchain),
-        }
-        if self.verification is not None:
-            d["verification"] = self.verification.to_json()
-        if self.host_runtime is not None:
-            d["host_runtime"] = self.host_runtime.to_json()
-        if self.index_ops:
-            d["index_ops"] = [i.to_json() for i in self.index_ops]
-        if self.shapes is not None:
-            d["shapes"] = self.shapes.to_json()
-        if self.memory:
-            d["memory"] = [m.to_json() for m in self.memory]
-        if self.overlap:
-            d["overlap"] = [list(pair) for pair in self.overlap]
-        if self.extra_weights:
-            d["extra_weights"] = [w.to_json() for w in self.extra_weights]
-        return d
+        return {"schema_version": SCHEMA_VERSION, **codec.encode_fields(self)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Manifest":
         """Parse a manifest dict; raises KeyError/TypeError/ValueError on a malformed one
         (``read`` turns those into a BundleError naming the file)."""
         found = d.get("schema_version") if isinstance(d, dict) else None
-        if found != SCHEMA_VERSION:
-            raise BundleError(f"manifest has schema_version {found!r}; this aot reads {SCHEMA_VERSION}",
+        if found not in READABLE_SCHEMAS:
+            raise BundleError(f"manifest has schema_version {found!r}; this aot reads {READABLE_SCHEMAS}",
                               hint="rebuild the bundle with this version of aot")
-        m = cls(
-            ModelInfo.from_json(d["model"]),
-            tuple(map(TensorSig.from_json, d["inputs"])),
-            tuple(map(TensorSig.from_json, d["outputs"])),
-            tuple(map(ConstantInput.from_json, d.get("constant_inputs", []))),
-            _optional(Weights.from_json, d["weights"]),
-            tuple(map(RegionEntry.from_json, d["regions"])),
-            _strs(d["schedule"]),
-            tuple((str(k), BoundaryTensor.from_json(v)) for k, v in d["boundary_tensors"].items()),
-            tuple((str(k), str(v)) for k, v in d["host_reasons"].items()),
-            PartitionRecord.from_json(d["partition"]),
-            tuple(map(GraphNode.from_json, d["graph"])),
-            _strs(d.get("build_machine", {}).get("cpu_flags", [])),
-            tuple((str(k), str(v)) for k, v in d["toolchain"].items()),
-            _optional(Verification.from_json, d.get("verification")),
-            _optional(HostRuntime.from_json, d.get("host_runtime")),
-            tuple(map(IndexOp.from_json, d.get("index_ops", []))),
-            _optional(Shapes.from_json, d.get("shapes")),
-            tuple(map(DeviceMemory.from_json, d.get("memory", []))),
-            tuple((str(a), str(b)) for a, b in d.get("overlap", [])),
-            tuple(map(Weights.from_json, d.get("extra_weights", []))),
-        )
+        m = codec.decode_fields(cls, d)
         if sorted(m.schedule) != sorted(r.name for r in m.regions):
             raise ValueError("schedule does not list every region once")
         if {r for pair in m.overlap for r in pair} - set(m.schedule):
@@ -513,11 +235,15 @@ class Manifest:
 
     def write(self, bundle: Path, name: str = MANIFEST) -> Path:
         """Write ``bundle/manifest.json`` (or another ``name``) atomically: a reader never sees half a manifest."""
-        path = Path(bundle) / name
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=True) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_json(Path(bundle) / name, self.to_json())
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """The one atomic JSON writer: a reader never sees half a file."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def bundle_dir(path: str | Path) -> Path:
@@ -615,29 +341,6 @@ def cpu_flags() -> tuple[str, ...]:
     line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     have = set(line.partition(":")[2].split())
     return tuple(f for f in _ISA_FLAGS if f in have)
-
-
-def _strs(items: Any) -> tuple[str, ...]:
-    if isinstance(items, (str, bytes)):
-        raise TypeError(f"expected a list of strings, got {type(items).__name__}")
-    return tuple(str(x) for x in items)
-
-
-def _optional(parse: Callable[[dict[str, Any]], Any], value: Any) -> Any:
-    """None stays None; anything else must parse (an empty or wrong record is malformed)."""
-    return None if value is None else parse(value)
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def freeze(value: Any) -> Any:
-    return tuple(freeze(v) for v in value) if isinstance(value, list) else value
 
 
 def thaw(value: Any) -> Any:

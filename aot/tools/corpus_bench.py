@@ -51,7 +51,7 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
             "ratios": {f"{a} / {ORT}": medians[a] / medians[ORT] for a in (DEFAULT, TUNED)}
                       | {f"{TUNED} / {ORT1}": medians[TUNED] / medians[ORT1],
                          f"{TUNED} / {DEFAULT}": medians[TUNED] / medians[DEFAULT]},
-            "tuned_flags": {r.name: r.tuning.winner for r in manifest.regions if r.tuning},
+            "tuned_flags": {r.name: r.tuning.winner for r in tuned.bundle.record.regions if r.tuning},
             "host_runtime": manifest.host_runtime.label if manifest.host_runtime else None,
             # Index safety's price per call: the boundary checks (guards would run inside the
             # modules, and are timed with them; the corpus has none, see docs/safety.md).

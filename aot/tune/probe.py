@@ -101,7 +101,7 @@ def _bundle(req: dict[str, Any]) -> None:
 
     bundle = Path(req["bundle"])
     manifest = dataclasses.replace(mf.Manifest.from_json(json.loads(Path(req["manifest"]).read_text())),
-                                   host_runtime=mf.HostRuntime(req["driver"], tuple(req["flags"]), ()))
+                                   host_runtime=mf.HostRuntime(req["driver"], tuple(req["flags"])))
     data = np.load(req["data"])
     inputs = {s.name: data[s.name] for s in manifest.inputs}
     with runtime.Session(bundle, manifest) as session:

@@ -11,12 +11,15 @@ import json
 import os
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from aot.checks.reference import random_inputs
+from aot.runtime import codec
+from aot.runtime.codec import field
 from aot.runtime.manifest import HostRuntime, Manifest
 from aot.tune.search import TuneSettings, device_identity, run_probe
 from aot.workspace import write_json
@@ -32,19 +35,29 @@ def configurations(cores: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
             ("local-sync", ()))
 
 
+@dataclass(frozen=True, slots=True)
+class HostRuntimeChoice:
+    """The configuration the deploy contract gets, and the measurements behind it (build record)."""
+
+    runtime: HostRuntime
+    measured: tuple[tuple[str, float], ...] = field(as_map=True)   # (configuration, median us of a whole run)
+
+
 def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, settings: TuneSettings,
-                        progress: Callable[[str], None] = lambda s: None) -> HostRuntime | None:
-    """The fastest configuration for the bundle, or None when no region runs on the CPU."""
+                        progress: Callable[[str], None] = lambda s: None
+                        ) -> tuple[HostRuntime | None, tuple[tuple[str, float], ...]]:
+    """The fastest configuration for the bundle and every configuration's median; (None, ())
+    when no region runs on the CPU or none ran."""
     if not any(r.target.is_host for r in manifest.regions):
-        return None
+        return None, ()
     configs = configurations(os.cpu_count() or 1)
     parts = [*(r.sha256 for r in manifest.regions), json.dumps(configs), device_identity("local-task"),
-             f"{settings.repeats}/{settings.warmup}/{ROUNDS}"]
+             f"{settings.repeats}/{settings.warmup}/{ROUNDS}", "choice-v2"]
     record = cache / "runtime" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
     if record.exists():
-        chosen = HostRuntime.from_json(json.loads(record.read_text()))
-        progress(f"runtime  cached: {chosen.label}")
-        return chosen
+        cached = codec.decode(HostRuntimeChoice, json.loads(record.read_text()))
+        progress(f"runtime  cached: {cached.runtime.label}")
+        return cached.runtime, cached.measured
     samples: dict[int, list[float]] = {i: [] for i in range(len(configs))}
     with tempfile.TemporaryDirectory(prefix="aot-runtime-") as tmp:
         data, spec = Path(tmp, "inputs.npz"), Path(tmp, "manifest.json")
@@ -63,11 +76,12 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
                     progress(f"runtime  {' '.join((driver, *flags))} failed: {error}")
     measured = {i: statistics.median(s) for i, s in samples.items() if s}
     if not measured:
-        return None
+        return None, ()
     best = min(measured, key=measured.__getitem__)
-    chosen = HostRuntime(configs[best][0], configs[best][1],
-                         tuple((" ".join((configs[i][0], *configs[i][1])), round(us, 1)) for i, us in measured.items()))
+    chosen = HostRuntimeChoice(HostRuntime(configs[best][0], configs[best][1]),
+                               tuple((" ".join((configs[i][0], *configs[i][1])), round(us, 1))
+                                     for i, us in measured.items()))
     record.parent.mkdir(parents=True, exist_ok=True)
-    write_json(record, chosen.to_json())
-    progress(f"runtime  {chosen.label} ({', '.join(f'{k} {v:.0f} us' for k, v in chosen.measured)})")
-    return chosen
+    write_json(record, codec.encode(chosen))
+    progress(f"runtime  {chosen.runtime.label} ({', '.join(f'{k} {v:.0f} us' for k, v in chosen.measured)})")
+    return chosen.runtime, chosen.measured

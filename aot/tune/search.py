@@ -21,7 +21,9 @@ import numpy as np
 from aot.checks.compare import VERIFY_RTOL
 from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
-from aot.runtime.manifest import Manifest, RegionEntry, TuneCandidate, Tuning
+from aot.record import TuneCandidate, Tuning
+from aot.runtime import codec
+from aot.runtime.manifest import Manifest, RegionEntry
 from aot.tune.candidates import FlagSet, candidates
 from aot.workspace import write_json
 
@@ -55,7 +57,7 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
         record = store / f"{key}.json"
         if record.exists():
             # The winner is decided again from the cached measurements: the rule may have changed.
-            cached = Tuning.from_json(json.loads(record.read_text()))
+            cached = codec.decode(Tuning, json.loads(record.read_text()))
             found[r.name] = decide(cached.candidates, cached.device)
             progress(f"tune     {r.name}: cached, {found[r.name].winner}")
         else:
@@ -68,7 +70,7 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
     for r, sets, record in todo:
         outcomes = [next(compiled) for _ in sets]
         tuning = _measure(staged_dir, manifest, r, sets, outcomes, reference, settings)
-        write_json(record, tuning.to_json())
+        write_json(record, codec.encode(tuning))
         found[r.name] = tuning
         speed = f"{tuning.speedup:.2f}x the default" if tuning.speedup else "no faster candidate"
         progress(f"tune     {r.name}: {tuning.winner} ({speed}; "

@@ -58,7 +58,7 @@ def test_buckets_pad_chunk_and_match_onnxruntime(cnn, cnn_buckets):
     assert [(c.valid, c.padded) for c in four.checks] == [(3, 4)] and four.checks[0].max_abs_diff < 1e-3
     from aot import report
 
-    assert "bucket N=4: N 3->4 max abs diff" in report.text(manifest)
+    assert "bucket N=4: N 3->4 max abs diff" in report.text(manifest, cnn_buckets.bundle.record)
     with runtime.load(cnn_buckets.bundle.path) as session:
         for n in (1, 3, 4, 9):   # exact, padded into 4, exact, chunked 4 + 4 + 1
             x = _x(n, n)

@@ -142,7 +142,7 @@ def test_minilm_partitioned_for_cuda_compiles_without_a_gpu(corpus_bundle):
 def test_minilm_split_over_vulkan_and_cpu_matches_onnxruntime(corpus_bundle):
     result = corpus_bundle("minilm", "vulkan", **MINILM_SPLIT)
     assert targets(result).count("vulkan-spirv") >= 5 and targets(result).count("llvm-cpu") >= 5
-    assert not result.bundle.manifest.verification.moved_to_host
+    assert not result.bundle.record.verification.moved_to_host
     golden_model("minilm", result)
 
 
@@ -152,7 +152,7 @@ def test_ocr_classifier_on_lavapipe_is_verified_and_matches_onnxruntime(corpus_b
     # has that pair. Per-region verification finds it and moves the region to the host; the
     # bundle is right whichever way IREE compiles it, and the manifest says what happened.
     result = corpus_bundle("ppocr-cls", "vulkan")
-    record = result.bundle.manifest.verification
+    record = result.bundle.record.verification
     for moved in record.moved_to_host:
         assert moved.max_abs_diff is None or moved.max_abs_diff > 1e-3
     kept = {r.name for r in result.bundle.manifest.regions if r.target.backend == "vulkan-spirv"}

@@ -12,6 +12,7 @@ import pytest
 from aot import runtime
 from aot.options import BuildOptions
 from aot.pipeline import build
+from aot import record
 from aot.runtime import manifest as mf
 from aot.runtime.target import Target
 from conftest import golden, run_aot
@@ -28,16 +29,16 @@ def tuned(example_model, tmp_path_factory):
 
 def test_the_fastest_correct_candidate_ships_with_its_record(tuned, example_model):
     _, result = tuned
-    m = result.bundle.manifest
+    m, rec = result.bundle.manifest, result.bundle.record
     for r in m.regions:
-        t = r.tuning
+        t = rec.region(r.name).tuning
         correct = [c for c in t.candidates if c.rejected is None]
         assert t.candidates[0].name == "default" and len(t.candidates) >= 5
         assert t.best_us == min(c.median_us for c in correct) and t.winner in {c.name for c in correct}
         assert r.flags == next(c.flags for c in t.candidates if c.name == t.winner)
         assert all(c.max_abs_diff is not None and c.max_abs_diff < 1e-2 for c in correct)
     assert m.host_runtime is not None and m.host_runtime.driver in mf.HOST_DRIVERS
-    assert len(m.host_runtime.measured) >= 3
+    assert len(rec.host_runtime_measured) >= 3
     golden(result.bundle.path, example_model)          # what ships still matches onnxruntime
     assert mf.read(result.bundle.path) == m            # and the manifest says so on disk
 
@@ -65,7 +66,7 @@ def test_the_report_shows_every_candidate_and_the_host_runtime(tuned):
     out, result = tuned
     text = run_aot("report", str(out)).stdout
     assert "tuning (warm medians" in text and "host runtime:" in text
-    assert all(c.name in text for c in result.bundle.manifest.regions[0].tuning.candidates)
+    assert all(c.name in text for c in result.bundle.record.regions[0].tuning.candidates)
 
 
 def test_vulkan_regions_are_tuned_on_the_vulkan_device(example_model, tmp_path):
@@ -73,7 +74,7 @@ def test_vulkan_regions_are_tuned_on_the_vulkan_device(example_model, tmp_path):
 
     _require_vulkan()
     result = build(example_model, tmp_path / "vk", dataclasses.replace(FAST, accel=Target.parse("vulkan")))
-    accel = [r for r in result.bundle.manifest.regions if not r.target.is_host]
+    accel = [result.bundle.record.region(r.name) for r in result.bundle.manifest.regions if not r.target.is_host]
     assert accel, "the example CNN has an accelerator region"
     for r in accel:
         assert "llvmpipe" in r.tuning.device.lower() and {"O2", "O3"} <= {c.name for c in r.tuning.candidates}
@@ -83,10 +84,11 @@ def test_vulkan_regions_are_tuned_on_the_vulkan_device(example_model, tmp_path):
 def test_aot_tune_tunes_an_existing_build(example_model, tmp_path):
     out = tmp_path / "later"
     build(example_model, out, BuildOptions(accel=None))
-    assert all(r.tuning is None for r in mf.read(out).regions)
+    assert all(r.tuning is None for r in record.read(out).regions)
     text = run_aot("tune", str(out), "--tune-repeats", "3").stdout
     assert "tuning (warm medians" in text
-    assert all(r.tuning is not None for r in mf.read(out).regions)
+    assert all(r.tuning is not None for r in record.read(out).regions)
+    assert record.read(out).options["tune"] is True   # what the tuned build stored
 
 
 def test_aot_tune_refuses_a_bare_bundle(tuned):

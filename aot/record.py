@@ -1,0 +1,215 @@
+"""The build record: what a build decided and measured, kept apart from the deploy contract.
+
+A bundle's ``manifest.json`` is what a deployment reads (``aot/runtime/manifest.py``); its
+``record.json`` is what the build knew: the resolved options, how the plan was made (policy,
+coverage, gate, reasons), the graph as partitioned, per-region estimates and measurements,
+verification, tuning and the machine it ran on. ``aot report`` and ``aot tune`` read it; the
+runtime never does. The plan itself is ``plan.json`` beside it (``aot build --plan`` replays it).
+
+Bundles built before the record existed (schema-1 manifests) have none: ``read`` returns None
+and the report says so.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from aot.errors import BundleError
+from aot.runtime import codec
+from aot.runtime.codec import field
+from aot.runtime.manifest import bundle_dir, write_json
+
+RECORD = "record.json"
+PLAN = "plan.json"
+RECORD_SCHEMA = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GateRecord:
+    """The gate's decision and the numbers behind it (estimated, or measured with --gate measured)."""
+
+    accepted: bool
+    partitioned_us: float
+    all_host_us: float
+    all_accel_us: float | None
+    detail: str
+    measured: bool = field(default=False, omit_default=True)
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedOp:
+    op: str
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageRecord:
+    """Operator coverage of the accelerator target before any merging or selection."""
+
+    target: str
+    supported: int
+    total: int
+    unsupported: tuple[UnsupportedOp, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    policy: str
+    select: str
+    min_compute: int
+    gate: GateRecord | None
+    coverage: CoverageRecord | None
+    suggestions: tuple[str, ...]
+    cost_model: str
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A node of the model as partitioned (the report's picture)."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RegionCheck:
+    """One accelerator region run on its device against the reference's tensors."""
+
+    region: str
+    ok: bool
+    max_abs_diff: float | None   # None when it did not run
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    checked: tuple[RegionCheck, ...]          # the regions that passed, in the shipped bundle
+    moved_to_host: tuple[RegionCheck, ...]    # the failures that moved their region to the host
+
+
+@dataclass(frozen=True, slots=True)
+class TuneCandidate:
+    """One flag set tried for a region, and what became of it."""
+
+    name: str
+    flags: tuple[str, ...]
+    median_us: float | None       # warm median on the region's device; None: rejected before timing
+    max_abs_diff: float | None    # against the reference's output for the region
+    rejected: str | None          # why (compile failure, crash, timeout, mismatch); None: it ran correctly
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """A region's flag search: the fastest candidate that matched the reference wins."""
+
+    winner: str
+    best_us: float | None         # the winner's median; None when no candidate ran correctly
+    default_us: float | None      # the default flags' median; None when the default was rejected
+    device: str                   # where the candidates were timed
+    candidates: tuple[TuneCandidate, ...]
+
+    @property
+    def speedup(self) -> float | None:
+        return self.default_us / self.best_us if self.default_us and self.best_us else None
+
+
+@dataclass(frozen=True, slots=True)
+class RegionRecord:
+    """How one region came to be: the nodes the plan gave it, the estimate, and what was measured."""
+
+    name: str
+    planned_device: str       # the partitioner's label: "accel" or "host"
+    nodes: tuple[str, ...]
+    compute_nodes: int
+    flops: int
+    estimated_us: float
+    fallback: str | None      # why the accelerator compile failed, when it fell back to the host
+    measured_us: float | None = field(default=None, omit_default=True)
+    tuning: Tuning | None = field(default=None, omit_default=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """Where the build ran and measured (timings in the record are this machine's)."""
+
+    platform: str
+    processor: str
+    cores: int
+
+    @classmethod
+    def this(cls) -> "Machine":
+        return cls(platform.platform(), _cpu_model(), os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRecord:
+    opset: int                       # ONNX opset after upgrade; 0 for a PyTorch module
+    folded_nodes: int
+    options: Any                     # the resolved BuildOptions, as JSON (``aot tune`` rebuilds from them)
+    partition: PartitionRecord
+    host_reasons: tuple[tuple[str, str], ...] = field(as_map=True)   # (node, why it runs on the host)
+    graph: tuple[GraphNode, ...] = field()
+    regions: tuple[RegionRecord, ...] = field()
+    machine: Machine = field()
+    verification: Verification | None = field(default=None, omit_default=True)
+    host_runtime_measured: tuple[tuple[str, float], ...] = field(default=(), as_map=True, omit_default=True)
+
+    def region(self, name: str) -> RegionRecord:
+        return next(r for r in self.regions if r.name == name)
+
+    def with_measurements(self, per_region: dict[str, float], gate: GateRecord) -> "BuildRecord":
+        """Measured times beside the estimates, and the measured gate's decision."""
+        regions = tuple(replace(r, measured_us=round(per_region[r.name], 3)) if r.name in per_region else r
+                        for r in self.regions)
+        return replace(self, regions=regions, partition=replace(self.partition, gate=gate))
+
+    def with_tuning(self, tunings: dict[str, Tuning]) -> "BuildRecord":
+        return replace(self, regions=tuple(replace(r, tuning=tunings.get(r.name, r.tuning)) for r in self.regions))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"record_schema": RECORD_SCHEMA, **codec.encode_fields(self)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "BuildRecord":
+        found = d.get("record_schema") if isinstance(d, dict) else None
+        if found != RECORD_SCHEMA:
+            raise BundleError(f"build record has record_schema {found!r}; this aot reads {RECORD_SCHEMA}",
+                              hint="rebuild the bundle with this version of aot")
+        return codec.decode_fields(cls, d)
+
+    def write(self, bundle: Path, name: str = RECORD) -> Path:
+        return write_json(Path(bundle) / name, self.to_json())
+
+
+def read(bundle: str | Path) -> BuildRecord | None:
+    """The build record of a bundle (or of the build directory holding it); None for a bundle
+    built before records existed. A record that is present but unreadable is an error."""
+    import json
+
+    path = bundle_dir(bundle) / RECORD
+    if not path.exists():
+        return None
+    try:
+        return BuildRecord.from_json(json.loads(path.read_text()))
+    except BundleError as e:
+        raise BundleError(f"{str(path)!r}: {e.message}", hint=e.hint) from e
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise BundleError(f"{str(path)!r} is malformed: {type(e).__name__}: {e}",
+                          hint="rebuild the bundle with `aot build`") from e
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
