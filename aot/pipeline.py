@@ -27,10 +27,11 @@ from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
 from aot.partition import Plan, make_plan, validate
+from aot.partition.plan import Gate
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import CoverageRecord, GateRecord, PartitionRecord, RegionCheck, UnsupportedOp, Verification
+from aot.record import CoverageRecord, PartitionRecord, RegionCheck, UnsupportedOp, Verification
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
@@ -95,7 +96,7 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
     cost = CostModel.load(popts.accel_target, popts.cost_params)
     record = PartitionRecord(
-        popts.policy, popts.select, popts.min_compute, _gate_record(plan),
+        popts.policy, popts.select, popts.min_compute, plan.gate,
         cov and CoverageRecord(cov.target, cov.supported, cov.total,
                                tuple(UnsupportedOp(*u) for u in cov.unsupported)),
         tips, cost.source)
@@ -139,6 +140,8 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
                   progress: Progress = lambda s: None, clock: "_Clock | None" = None) -> BuildResult:
     """Compile, check and publish exactly ``planned.plan``."""
     clock = clock or _Clock(progress)
+    if options.tune:   # a search decides the flags and the host runtime anew
+        planned = dataclasses.replace(planned, plan=planned.plan.unpinned())
     ws = Workspace(Path(out_dir))
     ws.prepare()
     executor = executor_for(options.cluster)
@@ -189,7 +192,7 @@ class _Compiler:
             path.write_text(o.mlir)
         self.clock.done("outline", f"{len(outlined)} module(s) in {path.parent}")
         host, accel = self.options.host, self.options.accel
-        opt = opt or {}
+        opt = {**plan.pinned_flags, **(opt or {})}   # a replayed plan's pins, then a search's candidates
         jobs = [CompileJob(r.name, self.ws.region_mlir(candidate, r.name), accel if r.device == ACCEL and accel else host,
                            opt.get(r.name)) for r in plan.regions]
         compiled = compile_all(jobs, self.ws.cache, fallback=host, accel_timeout=self.options.accel_compile_timeout,
@@ -199,7 +202,7 @@ class _Compiler:
                                    f"{fallbacks} fell back")
         estimates = {c.region: region_estimate(plan.region(c.region).nodes, HOST if c.target.is_host else ACCEL,
                                                self.planned.view, self.planned.cost) for c in compiled}
-        record = dataclasses.replace(self.planned.record, gate=_gate_record(plan))
+        record = dataclasses.replace(self.planned.record, gate=plan.gate)
         described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
                              estimates, self.weights, codec.encode(self.options))
         path = self.ws.staging(candidate)
@@ -257,15 +260,18 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: staged.sources / f"{r}.mlir",
                            compile_.ws.cache, compile_.executor, settings, progress)
     winners = {r: next(c.flags for c in t.candidates if c.name == t.winner) for r, t in tunings.items()}
-    # A region that fell back to the host was tuned for the host: compile it for the host.
+    # A region that fell back to the host was tuned for the host: compile it for the host. The
+    # winners are pinned in the plan, so a build of the published plan.json replays them.
     plan = dataclasses.replace(staged.plan, regions=tuple(
-        dataclasses.replace(r, device=HOST) if staged.manifest.region(r.name).target.is_host else r
+        dataclasses.replace(r, device=HOST if staged.manifest.region(r.name).target.is_host else r.device,
+                            flags=winners[r.name])
         for r in staged.plan.regions))
-    tuned = compile_(plan, "tuned", winners)
+    tuned = compile_(plan, "tuned")
     record = dataclasses.replace(tuned.record.with_tuning(tunings), verification=staged.record.verification)
     runtime, measured = choose_host_runtime(tuned.path, tuned.manifest, compile_.ws.cache, settings, progress)
     return dataclasses.replace(tuned, manifest=dataclasses.replace(tuned.manifest, host_runtime=runtime),
-                               record=dataclasses.replace(record, host_runtime_measured=measured))
+                               record=dataclasses.replace(record, host_runtime_measured=measured),
+                               plan=dataclasses.replace(plan, host_runtime=runtime))
 
 
 def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Workspace,
@@ -276,15 +282,10 @@ def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Wo
     host_us, host_regions = measure.profile(whole.path, whole.manifest, ws.cache)
     accepted = part_us < host_us
     detail = f"measured partitioned {part_us:.1f} us vs whole model on the host {host_us:.1f} us (medians)"
-    gate = GateRecord(accepted, part_us, host_us, None, detail, measured=True)
+    gate = Gate(accepted, part_us, host_us, None, detail, measured=True)
     progress(f"measure  {detail}: partition {'kept' if accepted else 'rejected'}")
     chosen, times = (staged, per_region) if accepted else (whole, host_regions)
     return dataclasses.replace(chosen, record=chosen.record.with_measurements(times, gate))
-
-
-def _gate_record(plan: Plan) -> GateRecord | None:
-    g = plan.gate
-    return None if g is None else GateRecord(g.accepted, g.partitioned_us, g.all_host_us, g.all_accel_us, g.detail)
 
 
 class _Clock:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aot.errors import BundleError
+from aot.partition.plan import Gate
 from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.manifest import bundle_dir, write_json
@@ -26,18 +27,6 @@ from aot.runtime.manifest import bundle_dir, write_json
 RECORD = "record.json"
 PLAN = "plan.json"
 RECORD_SCHEMA = 1
-
-
-@dataclass(frozen=True, slots=True)
-class GateRecord:
-    """The gate's decision and the numbers behind it (estimated, or measured with --gate measured)."""
-
-    accepted: bool
-    partitioned_us: float
-    all_host_us: float
-    all_accel_us: float | None
-    detail: str
-    measured: bool = field(default=False, omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +51,7 @@ class PartitionRecord:
     policy: str
     select: str
     min_compute: int
-    gate: GateRecord | None
+    gate: Gate | None
     coverage: CoverageRecord | None
     suggestions: tuple[str, ...]
     cost_model: str
@@ -164,7 +153,7 @@ class BuildRecord:
     def region(self, name: str) -> RegionRecord:
         return next(r for r in self.regions if r.name == name)
 
-    def with_measurements(self, per_region: dict[str, float], gate: GateRecord) -> "BuildRecord":
+    def with_measurements(self, per_region: dict[str, float], gate: Gate) -> "BuildRecord":
         """Measured times beside the estimates, and the measured gate's decision."""
         regions = tuple(replace(r, measured_us=round(per_region[r.name], 3)) if r.name in per_region else r
                         for r in self.regions)

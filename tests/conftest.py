@@ -16,7 +16,8 @@ from aot.frontend.graph import GraphView, Node, Value
 from aot.options import BuildOptions
 from aot.pipeline import build
 from aot.runtime import manifest as mf
-from aot.record import (BuildRecord, GateRecord, GraphNode, Machine, PartitionRecord, RegionCheck, RegionRecord,
+from aot.partition.plan import Gate
+from aot.record import (BuildRecord, GraphNode, Machine, PartitionRecord, RegionCheck, RegionRecord,
                         Verification)
 from aot.runtime.manifest import ConstantInput, Manifest, ModelInfo, RegionEntry, TensorSig, Weights
 from aot.runtime.target import Target
@@ -70,7 +71,7 @@ def small_record() -> BuildRecord:
     """The build record of ``small_manifest``: every kind of decision filled in."""
     return BuildRecord(
         opset=17, folded_nodes=3, options={"tune": False},
-        partition=PartitionRecord("greedy", "all", 2, GateRecord(True, 1.0, 2.0, None, "d", measured=True), None,
+        partition=PartitionRecord("greedy", "all", 2, Gate(True, 1.0, 2.0, None, "d", measured=True), None,
                                   ("tip",), "defaults"),
         host_reasons=(("n1", "why"),), graph=(GraphNode("n0", "Relu", ("x",), ("y",)),),
         regions=(RegionRecord(name="r0", planned_device="accel", nodes=("n0",), compute_nodes=1, flops=8,

@@ -3,6 +3,7 @@ onnxruntime. Plus the CLI contract, input validation, device checks and compile 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -173,7 +174,7 @@ def test_plan_then_build_exactly_that_plan(example_model, tmp_path):
     plan.write_text(json.dumps(data))
     result = build(example_model, tmp_path / "edited", BuildOptions(accel=VULKAN, plan_file=plan))
     host = next(r for r in result.bundle.manifest.regions if r.target.backend == "llvm-cpu")
-    assert host.nodes == ("fc", "softmax", "top5")
+    assert result.bundle.record.region(host.name).nodes == ("fc", "softmax", "top5")
     golden(result.bundle.path, example_model)
 
 
@@ -368,3 +369,30 @@ def test_report_run_and_check_take_the_build_directory_too(vulkan_bundle, tmp_pa
     assert "'top_classes': int64[1, 5]" in run_aot("run", str(build_dir), "--input", f"image=@{tmp_path / 'x.npy'}").stdout
     proc = run_aot("report", str(tmp_path), check=False)
     assert proc.returncode == 1 and "is not a bundle" in proc.stderr and "aot build -o" in proc.stderr
+
+
+def _as_schema_1(manifest: dict, record: dict) -> dict:
+    """The manifest.json aot wrote before the build record moved out (schema 1): the record's
+    fields inline, per region and at the top."""
+    old = {**manifest, "schema_version": 1,
+           "model": {**manifest["model"], "opset": record["opset"], "folded_nodes": record["folded_nodes"]},
+           "host_reasons": record["host_reasons"], "partition": record["partition"], "graph": record["graph"]}
+    how = {r["name"]: r for r in record["regions"]}
+    old["regions"] = [{**r, **{k: v for k, v in how[r["name"]].items() if k != "name"}} for r in manifest["regions"]]
+    old["weights"] = {k: v for k, v in manifest["weights"].items() if k != "size"}
+    return old
+
+
+def test_a_bundle_built_before_the_build_record_loads_runs_and_reports(host_bundle, example_model, tmp_path):
+    old = tmp_path / "oldbuild" / "bundle"
+    shutil.copytree(host_bundle.bundle.path, old)
+    m = json.loads((old / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps(_as_schema_1(m, json.loads((old / "record.json").read_text()))))
+    (old / "record.json").unlink()
+    # Every field of the contract reads as before; only the weights' size is new.
+    assert dataclasses.replace(mf.read(old), weights=host_bundle.bundle.manifest.weights) == host_bundle.bundle.manifest
+    golden(old, example_model)                     # loads and runs through its stub
+    text = run_aot("report", str(old)).stdout
+    assert "no build record" in text and "r0" in text
+    proc = run_aot("tune", str(tmp_path / "oldbuild"), check=False)   # its options are unknown: refused
+    assert proc.returncode == 1 and proc.stderr.startswith("ERROR: ") and "no build record" in proc.stderr

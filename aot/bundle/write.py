@@ -100,6 +100,7 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
                    ("iree-base-runtime", version("iree-base-runtime")), ("onnx", version("onnx")),
                    *source.versions),
         index_ops=source.index_ops,
+        host_runtime=plan.host_runtime,   # pinned by a replayed plan; a tuning build sets it after timing
         overlap=lanes.overlapping(plan.schedule, lanes.waits({o.name: o.inputs for o in outlined},
                                                              {o.name: o.outputs for o in outlined}),
                                   {c.region: c.target.driver for c in compiled}),

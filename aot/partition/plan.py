@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
 from aot.partition.support import ACCEL, HOST
+from aot.runtime import codec
+from aot.runtime.codec import field
+from aot.runtime.manifest import HostRuntime
 
 PLAN_VERSION = 1
 
@@ -19,54 +22,61 @@ class Region:
     name: str
     device: str                 # ACCEL or HOST
     nodes: tuple[str, ...]      # node names in topological order
+    # Optimisation flags pinned by a search (tuning): a build of this plan compiles the region with
+    # exactly these instead of its target's defaults, and searches nothing. None: the defaults.
+    flags: tuple[str, ...] | None = field(default=None, omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """The global gate's decision: was the partition worth shipping, and the numbers behind it."""
+    """The gate's decision: was the partition worth shipping, and the numbers behind it
+    (estimated by the cost model, or measured on the devices). The one form the plan file, the
+    build record and the report share."""
 
     accepted: bool
     partitioned_us: float
     all_host_us: float
     all_accel_us: float | None
     detail: str
+    measured: bool = field(default=False, omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """Every decision a build makes about a model: regions and their devices, the order, the
+    gate, and what searches and measurements chose (pinned flags, the host runtime). A build of
+    a plan file replays it with no search and no timing."""
+
     regions: tuple[Region, ...]
     schedule: tuple[str, ...]                 # region names in execution order
-    reasons: tuple[tuple[str, str], ...] = ()  # (node, why it is on the host)
+    reasons: tuple[tuple[str, str], ...] = field(default=(), key="host_reasons", as_map=True)  # (node, why host)
     gate: Gate | None = None
+    host_runtime: HostRuntime | None = field(default=None, omit_default=True)   # chosen by timing whole runs
 
     def region(self, name: str) -> Region:
         return next(r for r in self.regions if r.name == name)
 
+    @property
+    def pinned_flags(self) -> dict[str, tuple[str, ...]]:
+        """region -> the optimisation flags a search pinned for it."""
+        return {r.name: r.flags for r in self.regions if r.flags is not None}
+
+    def unpinned(self) -> "Plan":
+        """The same partition with the searches' choices forgotten (a new search makes them again)."""
+        return replace(self, regions=tuple(replace(r, flags=None) for r in self.regions), host_runtime=None)
+
     def to_json(self) -> dict[str, Any]:
-        return {"plan_version": PLAN_VERSION,
-                "regions": [{"name": r.name, "device": r.device, "nodes": list(r.nodes)} for r in self.regions],
-                "schedule": list(self.schedule),
-                "host_reasons": dict(self.reasons),
-                "gate": None if self.gate is None else {
-                    "accepted": self.gate.accepted, "partitioned_us": self.gate.partitioned_us,
-                    "all_host_us": self.gate.all_host_us, "all_accel_us": self.gate.all_accel_us,
-                    "detail": self.gate.detail}}
+        return {"plan_version": PLAN_VERSION, **codec.encode_fields(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Plan":
         try:
-            regions = tuple(Region(str(r["name"]), str(r["device"]), tuple(map(str, r["nodes"])))
-                            for r in data["regions"])
-            schedule = tuple(map(str, data.get("schedule") or [r.name for r in regions]))
-            reasons = tuple((str(k), str(v)) for k, v in (data.get("host_reasons") or {}).items())
-            g = data.get("gate")
-            gate = None if not g else Gate(bool(g["accepted"]), float(g["partitioned_us"]), float(g["all_host_us"]),
-                                           None if g["all_accel_us"] is None else float(g["all_accel_us"]),
-                                           str(g["detail"]))
-        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(data, dict) and not data.get("schedule") and isinstance(data.get("regions"), list):
+                data = {**data, "schedule": [r.get("name") for r in data["regions"] if isinstance(r, dict)]}
+            return codec.decode_fields(cls, {**data, "host_reasons": data.get("host_reasons") or {}})
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PartitionError(f"plan file is malformed: missing or wrong field {e}",
                                  hint="a plan holds regions: [{name, device, nodes}] and schedule") from e
-        return cls(regions, schedule, reasons, gate)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n")

@@ -13,7 +13,8 @@ import pytest
 from aot import record
 from aot.errors import BundleError
 from aot.runtime import manifest as mf
-from aot.record import BuildRecord, GateRecord, TuneCandidate, Tuning
+from aot.partition.plan import Gate
+from aot.record import BuildRecord, TuneCandidate, Tuning
 from aot.runtime.manifest import Manifest
 from aot.runtime.target import Target
 from conftest import small_manifest, small_record
@@ -72,7 +73,7 @@ def test_a_bad_manifest_is_a_bundle_error_naming_the_file(tmp_path, edit, messag
 
 def test_measurements_replace_estimates_without_touching_the_rest():
     rec = small_record()
-    gate = GateRecord(False, 3.0, 2.0, None, "slower", measured=True)
+    gate = Gate(False, 3.0, 2.0, None, "slower", measured=True)
     measured = rec.with_measurements({"r0": 7.12345}, gate)
     assert measured.regions[0].measured_us == 7.123 and measured.partition.gate == gate
     assert dataclasses.replace(measured, regions=rec.regions, partition=rec.partition) == rec

@@ -97,6 +97,32 @@ def test_aot_tune_refuses_a_bare_bundle(tuned):
     assert proc.returncode == 1 and "needs the build directory" in proc.stderr
 
 
+def test_a_replayed_plan_of_a_tuned_bundle_times_nothing_and_gives_the_same_bytes(tuned, example_model,
+                                                                                 tmp_path, monkeypatch):
+    """Every decision the tuning build made by timing is pinned in its plan.json: a build of that
+    plan searches and times nothing and ships the same bundle (only the record differs: it has no
+    search to report)."""
+    from aot import pipeline
+    from aot.checks import measure
+
+    out, result = tuned
+    plan = json.loads((out / "bundle" / "plan.json").read_text())
+    assert all(r["flags"] is not None for r in plan["regions"]) and plan["host_runtime"]["driver"]
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a replayed plan must not time anything")
+
+    for module, name in ((pipeline, "tune_regions"), (pipeline, "choose_host_runtime"), (measure, "profile")):
+        monkeypatch.setattr(module, name, no_timing)
+    replay = build(example_model, tmp_path / "replay", BuildOptions(accel=None, plan_file=out / "bundle" / "plan.json"))
+    files = {p.relative_to(out / "bundle").as_posix() for p in (out / "bundle").rglob("*") if p.is_file()}
+    assert files == {p.relative_to(replay.bundle.path).as_posix() for p in replay.bundle.path.rglob("*") if p.is_file()}
+    differing = sorted(f for f in files if (out / "bundle" / f).read_bytes() != (replay.bundle.path / f).read_bytes())
+    assert differing == ["record.json"]
+    assert replay.bundle.manifest.host_runtime == result.bundle.manifest.host_runtime is not None
+    assert all(r.tuning is None for r in replay.bundle.record.regions)
+
+
 def test_a_dask_cluster_builds_the_same_bundle_bytes_as_the_local_pool(example_model, tmp_path):
     import distributed  # the test extra installs it
 
@@ -109,5 +135,10 @@ def test_a_dask_cluster_builds_the_same_bundle_bytes_as_the_local_pool(example_m
     files = sorted(p.relative_to(local.bundle.path) for p in local.bundle.path.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(remote.bundle.path) for p in remote.bundle.path.rglob("*") if p.is_file())
     for f in files:
-        assert (local.bundle.path / f).read_bytes() == (remote.bundle.path / f).read_bytes(), f
+        if f.name != "record.json":   # the record says where the compiles ran: compared below
+            assert (local.bundle.path / f).read_bytes() == (remote.bundle.path / f).read_bytes(), f
+    local_options, remote_options = local.bundle.record.options, remote.bundle.record.options
+    assert remote_options.pop("cluster") == cluster.scheduler_address and local_options.pop("cluster") is None
+    assert dataclasses.replace(local.bundle.record, options=local_options, machine=remote.bundle.record.machine) == \
+        dataclasses.replace(remote.bundle.record, options=remote_options)
     assert json.loads((remote.bundle.path / "manifest.json").read_text())["regions"]
