@@ -104,6 +104,25 @@ def test_the_runtime_imports_only_numpy_iree_runtime_and_itself():
     assert _within("onnx", RUNTIME_MAY_IMPORT) is False and _within("iree.compiler", RUNTIME_MAY_IMPORT) is False
 
 
-def test_templates_are_package_data():
-    templates = list((PACKAGE / "bundle" / "templates").rglob("*.j2"))
-    assert templates and not (ROOT / "templates").exists()
+# The product's brief names these top-level entries.
+BRIEF_TOP_LEVEL = ("pyproject.toml", "Makefile", "README.md", "aot", "templates", "tests", "artifacts")
+
+
+def test_the_top_level_is_the_briefs():
+    assert all((ROOT / name).exists() for name in BRIEF_TOP_LEVEL)
+    templates = list((ROOT / "templates").rglob("*.j2"))
+    assert {p.parent.name for p in templates} >= {"c", "python"}
+    # installed as aot/templates, never an import package of its own, and nowhere else in the tree
+    assert not (ROOT / "templates" / "__init__.py").exists() and not list(PACKAGE.rglob("*.j2"))
+
+
+def test_every_package_is_listed_for_the_wheel():
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {_module(p.parent / "__init__.py") for p in PACKAGE.rglob("__init__.py")}
+    assert set(config["packages"]) == packages | {"aot.templates"}
+    assert config["package-dir"] == {"aot.templates": "templates"}
+    from aot.bundle import render
+
+    assert render.TEMPLATES == ROOT / "templates"

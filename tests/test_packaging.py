@@ -1,5 +1,5 @@
-"""A normal install works: the wheel carries the templates, and `aot build` from another
-directory renders the stub and runs it."""
+"""A normal install works: the wheel carries the top-level templates/ as aot/templates, and
+`aot build` from another directory renders both stubs and runs the Python one."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ def test_the_wheel_builds_and_runs_the_example_outside_the_source_tree(tmp_path)
     (wheel,) = dist.glob("aot-*.whl")
     with zipfile.ZipFile(wheel) as z:
         shipped = {n for n in z.namelist() if n.startswith("aot/")}
-    assert shipped == set(run("git", "ls-files", "aot", cwd=ROOT).splitlines())
+    tracked = run("git", "ls-files", "aot", "templates", cwd=ROOT).splitlines()
+    # the top-level templates/ ships as aot/templates
+    assert shipped == {"aot/" + n if n.startswith("templates/") else n for n in tracked}
+    assert any(n.startswith("aot/templates/c/") for n in shipped)
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)
     python = env / "bin" / "python"
@@ -57,3 +60,6 @@ def test_the_wheel_builds_and_runs_the_example_outside_the_source_tree(tmp_path)
               "print(logits.shape, classes.dtype)")
     assert run(python, "-c", script, cwd=work).strip() == "(1, 10) int64"
     assert "max abs error vs onnxruntime" in run(env / "bin" / "aot", "check", "out", cwd=work)
+    assert (work / "out" / "bundle" / "stubs" / "c" / "tiny_cnn.h").is_file()   # the C stub rendered too
+    templates = run(python, "-c", "import aot.bundle.render as r; print(r.TEMPLATES)", cwd=work).strip()
+    assert templates.startswith(str(env)) and templates.endswith("aot/templates"), templates

@@ -15,8 +15,17 @@ import numpy as np
 
 from aot.bundle import names
 
-# Package data: setuptools ships them in the wheel, so stubs render outside the source tree too.
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+def _templates() -> Path:
+    """The Jinja2 templates: the repository's top-level ``templates/`` (a checkout, or the
+    editable install that points at it), installed by the wheel as ``aot/templates`` (pyproject's
+    package-dir maps one to the other; ``templates`` is never an import package of its own)."""
+    package = Path(__file__).resolve().parents[1]
+    installed, checkout = package / "templates", package.parent / "templates"
+    return installed if installed.is_dir() else checkout
+
+
+TEMPLATES = _templates()
 
 
 class Encoded(str):
