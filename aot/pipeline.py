@@ -140,10 +140,42 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
                   progress: Progress = lambda s: None, clock: "_Clock | None" = None) -> BuildResult:
     """Compile, check and publish exactly ``planned.plan``."""
     clock = clock or _Clock(progress)
-    if options.tune:   # a search decides the flags and the host runtime anew
-        planned = dataclasses.replace(planned, plan=planned.plan.unpinned())
     ws = Workspace(Path(out_dir))
     ws.prepare()
+    try:
+        staged = stage_planned(planned, ws, options, progress, clock)
+        bundle = publish_bundle(staged, ws.bundle)
+        clock.done("publish", str(bundle.path))
+    finally:
+        ws.discard_staging()
+    return BuildResult(bundle, staged.plan, clock.timings())
+
+
+@dataclass(frozen=True, slots=True)
+class StagedBuild:
+    """A build that stopped short of publishing: its candidate in ``ws``'s staging area, for a
+    caller that publishes several together once (shape buckets)."""
+
+    staged: Staged
+    timings: tuple[tuple[str, float], ...]
+
+
+def stage_model(model: Path, ws: Workspace, options: BuildOptions = BuildOptions(),
+                progress: Progress = lambda s: None) -> StagedBuild:
+    """``build`` up to the published bundle: plan, compile, verify, tune, measure and record
+    memory; the candidate stays staged in ``ws`` until the caller publishes or discards it."""
+    clock = _Clock(progress)
+    planned = plan_model(model, options)
+    clock.done("plan", f"{len(planned.view.nodes)} nodes -> {len(planned.plan.regions)} region(s)")
+    ws.prepare()
+    return StagedBuild(stage_planned(planned, ws, options, progress, clock), clock.timings())
+
+
+def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progress: Progress,
+                  clock: "_Clock") -> Staged:
+    """Every stage but the publish, for exactly ``planned.plan``: the chosen candidate, staged."""
+    if options.tune:   # a search decides the flags and the host runtime anew
+        planned = dataclasses.replace(planned, plan=planned.plan.unpinned())
     executor = executor_for(options.cluster)
     try:
         if "plan" in options.dump_after:
@@ -163,12 +195,9 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
             staged = _measured_gate(staged, planned, compile_, ws, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
-        bundle = publish_bundle(staged, ws.bundle)
-        clock.done("publish", str(bundle.path))
     finally:
         executor.close()
-        ws.discard_staging()
-    return BuildResult(bundle, staged.plan, clock.timings())
+    return staged
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,12 @@
     symbols -> ladders and output axes -> one static build per bucket -> padding check -> merge
 
 Each bucket is an ordinary static build (the whole pipeline: plan, compile, verify, tune) in its
-own build folder. The merge keeps the first bucket's bundle as the bundle's own manifest and
-modules, adds every other bucket's modules under ``modules/b<i>/`` with its manifest under
-``buckets/b<i>.json``, and keeps one ``weights.irpa`` for all of them when their weights are the
-same bytes (a bucket whose folded constants differ keeps its own archive). Published in one
-rename, as every build is.
+own build folder, stopped short of publishing: its candidate stays staged. The merge keeps the
+first bucket's candidate as the bundle's own manifest, record and modules, adds every other
+bucket's modules under ``modules/b<i>/`` with its manifest under ``buckets/b<i>.json`` (its record
+beside it), and keeps one ``weights.irpa`` for all of them when their weights are the same bytes
+(a bucket whose folded constants differ keeps its own archive). The merged bundle is the one
+thing published, in one rename, as every build is.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from aot.buckets.dims import plan_dims, with_sizes
 from aot.bundle.write import Staged, link_or_copy, publish_bundle
 from aot.frontend.symbols import symbolic_inputs
 from aot.options import BuildOptions
-from aot.pipeline import BuildResult, Progress
+from aot.pipeline import BuildResult, Progress, StagedBuild
 from aot.runtime.manifest import Manifest, file_sha256
 from aot.runtime.shapes import Bucket, Dim, PaddingCheck, Shapes, all_sizes
 from aot.workspace import Workspace
@@ -31,8 +32,12 @@ from aot.workspace import Workspace
 @dataclass(frozen=True, slots=True)
 class BuiltBucket:
     sizes: tuple[tuple[str, int], ...]
-    result: BuildResult
+    result: StagedBuild
     checks: tuple[PaddingCheck, ...]
+
+    @property
+    def staged(self) -> Staged:
+        return self.result.staged
 
 
 def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
@@ -47,27 +52,29 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     progress(f"buckets  {len(combos)}: " + "; ".join(", ".join(f"{s}={n}" for s, n in c) for c in combos))
     ws = Workspace(Path(out_dir))
     ws.prepare()
-    built = []
-    for i, sizes in enumerate(combos):
-        label = ", ".join(f"{s}={n}" for s, n in sizes)
-        progress(f"bucket   {i + 1}/{len(combos)}: {label}")
-        result = pipeline.build(model, ws.build / "buckets" / f"b{i}", with_sizes(options, inputs, dict(sizes)),
-                                lambda s: progress(f"  [{label}] {s}"))
-        checks = padding.check(model, result.bundle, dims, dict(sizes), options.pad_values,
-                               dict(options.padding_tolerances), progress)
-        built.append(BuiltBucket(sizes, result, checks))
+    built: list[BuiltBucket] = []
+    spaces = [Workspace(ws.build / "buckets" / f"b{i}") for i in range(len(combos))]
     try:
+        for i, (sizes, bucket_ws) in enumerate(zip(combos, spaces)):
+            label = ", ".join(f"{s}={n}" for s, n in sizes)
+            progress(f"bucket   {i + 1}/{len(combos)}: {label}")
+            result = pipeline.stage_model(model, bucket_ws, with_sizes(options, inputs, dict(sizes)),
+                                          lambda s: progress(f"  [{label}] {s}"))
+            checks = padding.check(model, result.staged, dims, dict(sizes), options.pad_values,
+                                   dict(options.padding_tolerances), progress)
+            built.append(BuiltBucket(sizes, result, checks))
         bundle = _merge(model, built, dims, options, ws, progress)
     finally:
-        ws.discard_staging()
+        for space in (ws, *spaces):
+            space.discard_staging()
     progress(f"publish  {bundle.path} ({len(built)} bucket(s))")
-    return BuildResult(bundle, built[0].result.plan, tuple(t for b in built for t in b.result.timings))
+    return BuildResult(bundle, built[0].staged.plan, tuple(t for b in built for t in b.result.timings))
 
 
 def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options: BuildOptions, ws: Workspace,
            progress: Progress):
     staging = ws.staging("buckets")
-    first = built[0].result.bundle
+    first = built[0].staged
     shared = first.manifest.weights
     buckets = [Bucket(built[0].sizes, "manifest.json", None, built[0].checks)]
     _copy_bucket(first.path, first.manifest, staging, "modules")
@@ -75,14 +82,14 @@ def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options
         link_or_copy(first.path / shared.path, staging / shared.path)
     (staging / "buckets").mkdir()
     for i, b in enumerate(built[1:], 1):
-        m = _copy_bucket(b.result.bundle.path, b.result.bundle.manifest, staging, f"modules/b{i}")
+        m = _copy_bucket(b.staged.path, b.staged.manifest, staging, f"modules/b{i}")
         if m.weights is not None and (shared is None or m.weights.sha256 != shared.sha256):
             own = f"weights/b{i}.irpa"
             (staging / "weights").mkdir(exist_ok=True)
-            link_or_copy(b.result.bundle.path / m.weights.path, staging / own)
+            link_or_copy(b.staged.path / m.weights.path, staging / own)
             m = dataclasses.replace(m, weights=dataclasses.replace(m.weights, path=own))
         path = m.write(staging, f"buckets/b{i}.json")
-        b.result.bundle.record.write(staging, f"buckets/b{i}.record.json")   # how that bucket was built
+        b.staged.record.write(staging, f"buckets/b{i}.record.json")   # how that bucket was built
         buckets.append(Bucket(b.sizes, f"buckets/b{i}.json", file_sha256(path), b.checks))
     dynamic = None
     if options.fallback == "dynamic" and any(not d.batch for d in dims):
@@ -90,7 +97,7 @@ def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options
     elif options.fallback == "dynamic":
         progress("fallback none needed: every symbolic dimension is a batch, which runs in chunks past its ladder")
     top = dataclasses.replace(first.manifest, shapes=Shapes(dims, tuple(buckets), options.pad_values, dynamic))
-    return publish_bundle(Staged(staging, top, first.record, built[0].result.plan), ws.bundle)
+    return publish_bundle(Staged(staging, top, first.record, first.plan), ws.bundle)
 
 
 def _copy_bucket(bundle: Path, manifest: Manifest, staging: Path, folder: str) -> Manifest:

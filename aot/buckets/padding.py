@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from aot import runtime
-from aot.bundle.write import Bundle
+from aot.bundle.write import Staged
 from aot.checks import reference
 from aot.checks.compare import compare_outputs
 from aot.errors import ModelError
@@ -25,14 +25,14 @@ class PaddingError(ModelError):
     """Padding along a dimension changes the model's results on the valid part."""
 
 
-def check(model: Path, bundle: Bundle, dims: tuple[Dim, ...], sizes: dict[str, int],
+def check(model: Path, bundle: Staged, dims: tuple[Dim, ...], sizes: dict[str, int],
           pad_values: tuple[tuple[str, float], ...], accepted: dict[str, float],
           progress: Callable[[str], None]) -> tuple[PaddingCheck, ...]:
     shapes = sh.Shapes(dims, (), pad_values)
     manifest = bundle.manifest
     names = tuple(o.name for o in manifest.outputs)
     checks = []
-    with runtime.load(bundle.path) as session:
+    with runtime.Session(bundle.path, manifest) as session:   # the staged candidate, before publishing
         for d in dims:
             lower = [n for n in d.sizes if n < sizes[d.symbol]]
             valid = (lower[-1] if lower else 0) + 1

@@ -36,8 +36,25 @@ def cnn(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cnn_buckets(cnn, tmp_path_factory):
-    """The CNN with buckets 1, 2, 4 on Vulkan (lavapipe) + CPU."""
-    return api.build(cnn, tmp_path_factory.mktemp("cnn") / "out", BuildOptions(batch_buckets="1,2,4"))
+    """The CNN with buckets 1, 2, 4 on Vulkan (lavapipe) + CPU, and the folders it published."""
+    from aot.bundle import write
+
+    real = write.publish
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(write, "publish", lambda staging, target: (PUBLISHED.append(target), real(staging, target)))
+        return api.build(cnn, tmp_path_factory.mktemp("cnn") / "out", BuildOptions(batch_buckets="1,2,4"))
+
+
+PUBLISHED: list = []   # the folders the cnn_buckets build published, in order
+
+
+def test_a_bucketed_build_publishes_once(cnn_buckets):
+    """Each bucket is staged, checked and merged; only the merged bundle is published."""
+    assert PUBLISHED == [cnn_buckets.bundle.path]
+    assert not list((cnn_buckets.bundle.path.parent / "build" / "buckets").glob("b*/bundle"))
+    assert (cnn_buckets.bundle.path / "record.json").is_file()
+    assert sorted(p.name for p in (cnn_buckets.bundle.path / "buckets").glob("*.record.json")) == \
+        ["b1.record.json", "b2.record.json"]
 
 
 def test_a_symbolic_batch_builds_with_no_flag_and_any_batch_runs(cnn, tmp_path):
