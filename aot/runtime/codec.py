@@ -7,8 +7,10 @@ The rules, in the order ``decode`` applies them:
   says ``key`` uses that JSON name, ``as_map`` writes ``tuple[tuple[str, X], ...]`` as an object,
   ``omit_default`` leaves a field out while it holds its default (older readers never saw it);
 - a field with a default may be missing on read (bundles written before it existed);
+- a dataclass marked ``codec_positional`` is a JSON list of its field values (an axis: [tensor, 1]);
 - ``X | None`` reads None, ``tuple[X, ...]`` a list, ``tuple[A, B]`` a pair, an ``Enum`` its value,
   ``Any`` any JSON value (lists frozen to tuples, so records stay hashable);
+- a record with a ``codec_validate`` method has it called once read;
 - unknown keys are ignored: a newer writer may add fields an older reader does not need.
 
 Pure (json types, dataclasses, typing): the runtime ships it.
@@ -67,9 +69,11 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
-def encode_fields(value: Any) -> dict[str, Any]:
+def encode_fields(value: Any) -> Any:
     """A dataclass as a JSON object of its fields (also for a record whose own ``to_json`` adds
-    an envelope around them)."""
+    an envelope around them). A class marked ``codec_positional`` is a list of its field values."""
+    if getattr(value, "codec_positional", False):
+        return [encode(getattr(value, f.name)) for f in dataclasses.fields(value)]
     out: dict[str, Any] = {}
     for f in dataclasses.fields(value):
         item = getattr(value, f.name)
@@ -145,9 +149,14 @@ def decode_fields(cls: type[T], data: Any) -> T:
 
 
 def _decode_record(cls: type, data: Any, where: str) -> Any:
+    hints = _hints(cls)
+    if getattr(cls, "codec_positional", False):
+        fields = dataclasses.fields(cls)
+        if not isinstance(data, list) or len(data) != len(fields):
+            raise TypeError(f"{where}: expected a list of {len(fields)} values")
+        return cls(*(_decode(hints[f.name], v, f"{where}[{i}]") for i, (f, v) in enumerate(zip(fields, data))))
     if not isinstance(data, dict):
         raise TypeError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = _hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         key = _key(f)
@@ -164,7 +173,10 @@ def _decode_record(cls: type, data: Any, where: str) -> Any:
                 raise TypeError(f"{where}.{key}: expected an object")
             item = [[k, v] for k, v in item.items()]
         values[f.name] = _decode(hints[f.name], item, f"{where}.{key}")
-    return cls(**values)
+    record = cls(**values)
+    if callable(getattr(record, "codec_validate", None)):   # invariants a reader checks (raises ValueError)
+        record.codec_validate()
+    return record
 
 
 @lru_cache(maxsize=None)

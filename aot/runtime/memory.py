@@ -11,7 +11,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from .errors import DeviceError
 
@@ -41,15 +41,6 @@ class DeviceMemory:
     def text(self) -> str:
         return (f"{size_text(self.total)} (parameters {size_text(self.parameters)}, region outputs "
                 f"{size_text(self.outputs)}, transients {size_text(self.transients)})")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"driver": self.driver, "parameters": self.parameters, "outputs": self.outputs,
-                "transients": self.transients}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "DeviceMemory":
-        return cls(str(d["driver"]), int(d["parameters"]), int(d["outputs"]), int(d["transients"]))
-
 
 def size_text(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from .codec import field
 from .errors import RuntimeInputError
 from .signature import TensorSig
 
@@ -28,13 +29,7 @@ class Axis:
     tensor: str
     axis: int
 
-    def to_json(self) -> list[Any]:
-        return [self.tensor, self.axis]
-
-    @classmethod
-    def from_json(cls, d: list[Any]) -> "Axis":
-        tensor, axis = d
-        return cls(str(tensor), int(axis))
+    codec_positional: ClassVar[bool] = True   # written as [tensor, axis]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +42,14 @@ class Dim:
     sizes: tuple[int, ...]
     batch: bool                  # a leading batch axis: a call larger than the ladder runs in chunks
 
+    def __post_init__(self) -> None:
+        sizes = self.sizes
+        if not sizes or list(sizes) != sorted(set(sizes)) or sizes[0] < 1:
+            raise ValueError(f"dimension {self.symbol!r}: sizes {list(sizes)} are not an ascending ladder")
+
     @property
     def largest(self) -> int:
         return self.sizes[-1]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"symbol": self.symbol, "inputs": [a.to_json() for a in self.inputs],
-                "outputs": [a.to_json() for a in self.outputs], "sizes": list(self.sizes), "batch": self.batch}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Dim":
-        sizes = tuple(int(s) for s in d["sizes"])
-        if not sizes or list(sizes) != sorted(set(sizes)) or sizes[0] < 1:
-            raise ValueError(f"dimension {d['symbol']!r}: sizes {list(sizes)} are not an ascending ladder")
-        return cls(str(d["symbol"]), tuple(map(Axis.from_json, d["inputs"])),
-                   tuple(map(Axis.from_json, d["outputs"])), sizes, bool(d["batch"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,27 +61,15 @@ class PaddingCheck:
     valid: int
     padded: int
     max_abs_diff: float
-    accepted_tolerance: float | None = None   # the user accepted a difference above verification's
-
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"symbol": self.symbol, "valid": self.valid, "padded": self.padded,
-                             "max_abs_diff": self.max_abs_diff}
-        if self.accepted_tolerance is not None:
-            d["accepted_tolerance"] = self.accepted_tolerance
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "PaddingCheck":
-        tol = d.get("accepted_tolerance")
-        return cls(str(d["symbol"]), int(d["valid"]), int(d["padded"]), float(d["max_abs_diff"]),
-                   None if tol is None else float(tol))
+    # the user accepted a difference above verification's
+    accepted_tolerance: float | None = field(default=None, omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
-    sizes: tuple[tuple[str, int], ...]      # (symbol, size) for every dimension
-    manifest: str                           # its modules' manifest in the bundle ("manifest.json": the first)
-    sha256: str | None                      # of that file; None for the bundle's own manifest
+    sizes: tuple[tuple[str, int], ...] = field(as_map=True)   # (symbol, size) for every dimension
+    manifest: str = field()                 # its modules' manifest in the bundle ("manifest.json": the first)
+    sha256: str | None = field()            # of that file; None for the bundle's own manifest
     checks: tuple[PaddingCheck, ...] = ()
 
     def size(self, symbol: str) -> int:
@@ -103,17 +79,6 @@ class Bucket:
     def label(self) -> str:
         return ", ".join(f"{s}={n}" for s, n in self.sizes)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"sizes": dict(self.sizes), "manifest": self.manifest, "sha256": self.sha256,
-                "checks": [c.to_json() for c in self.checks]}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Bucket":
-        sha = d.get("sha256")
-        return cls(tuple((str(k), int(v)) for k, v in d["sizes"].items()), str(d["manifest"]),
-                   None if sha is None else str(sha), tuple(map(PaddingCheck.from_json, d.get("checks", []))))
-
-
 @dataclass(frozen=True, slots=True)
 class Fallback:
     """The whole model compiled for the host with its symbolic dimensions left dynamic
@@ -122,50 +87,30 @@ class Fallback:
 
     manifest: str                           # its manifest in the bundle
     sha256: str                             # of that file
-    checked: tuple[tuple[str, int], ...]    # (symbol, size) of the build's check
-    max_abs_diff: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"manifest": self.manifest, "sha256": self.sha256, "checked": dict(self.checked),
-                "max_abs_diff": self.max_abs_diff}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Fallback":
-        return cls(str(d["manifest"]), str(d["sha256"]), tuple((str(k), int(v)) for k, v in d["checked"].items()),
-                   float(d["max_abs_diff"]))
-
+    checked: tuple[tuple[str, int], ...] = field(as_map=True)   # (symbol, size) of the build's check
+    max_abs_diff: float = field()
 
 @dataclass(frozen=True, slots=True)
 class Shapes:
     dims: tuple[Dim, ...]
     buckets: tuple[Bucket, ...]                  # buckets[0] is the one manifest.json itself describes
-    pad_values: tuple[tuple[str, float], ...]    # input -> what padding fills it with (default 0)
-    fallback: Fallback | None = None             # the dynamic host module, when one was built
+    pad_values: tuple[tuple[str, float], ...] = field(as_map=True)   # input -> what padding fills (default 0)
+    fallback: Fallback | None = field(default=None, omit_default=True)   # the dynamic host module, if built
+
+    def codec_validate(self) -> None:
+        """What a bundle's shapes must satisfy (checked when read; a build assembles them in steps)."""
+        symbols = [x.symbol for x in self.dims]
+        for b in self.buckets:
+            if sorted(dict(b.sizes)) != sorted(symbols):
+                raise ValueError(f"bucket {b.label} does not size every dimension {symbols}")
+        if not self.buckets or self.buckets[0].manifest != "manifest.json":
+            raise ValueError("the first bucket must be the one manifest.json describes")
 
     def dim(self, symbol: str) -> Dim:
         return next(d for d in self.dims if d.symbol == symbol)
 
     def pad_value(self, tensor: str) -> float:
         return dict(self.pad_values).get(tensor, 0)
-
-    def to_json(self) -> dict[str, Any]:
-        d = {"dims": [d.to_json() for d in self.dims], "buckets": [b.to_json() for b in self.buckets],
-             "pad_values": dict(self.pad_values)}
-        return d if self.fallback is None else {**d, "fallback": self.fallback.to_json()}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Shapes":
-        shapes = cls(tuple(map(Dim.from_json, d["dims"])), tuple(map(Bucket.from_json, d["buckets"])),
-                     tuple((str(k), float(v)) for k, v in d.get("pad_values", {}).items()),
-                     None if d.get("fallback") is None else Fallback.from_json(d["fallback"]))
-        symbols = [x.symbol for x in shapes.dims]
-        for b in shapes.buckets:
-            if sorted(dict(b.sizes)) != sorted(symbols):
-                raise ValueError(f"bucket {b.label} does not size every dimension {symbols}")
-        if not shapes.buckets or shapes.buckets[0].manifest != "manifest.json":
-            raise ValueError("the first bucket must be the one manifest.json describes")
-        return shapes
-
 
 def sizes_of(shapes: Shapes, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
     """Each dimension's size in this call; every input carrying it must agree."""

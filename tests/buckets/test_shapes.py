@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from aot.errors import RuntimeInputError
+from aot.runtime import codec
 from aot.runtime import shapes as sh
 from aot.runtime.shapes import Axis, Bucket, Dim, PaddingCheck, Shapes
 
@@ -61,16 +62,16 @@ def test_chunks_take_and_join_cover_the_batch_once():
 def test_the_record_round_trips_and_refuses_what_the_runtime_cannot_serve():
     with_check = Shapes(SHAPES.dims, (BUCKETS[0], Bucket(BUCKETS[1].sizes, "buckets/b1.json", "1" * 64,
                                                           (PaddingCheck("S", 9, 16, 0.5, 1.0),))), SHAPES.pad_values)
-    assert Shapes.from_json(with_check.to_json()) == with_check
-    bad = with_check.to_json()
+    assert codec.decode(Shapes, codec.encode(with_check)) == with_check
+    bad = codec.encode(with_check)
     bad["dims"][0]["sizes"] = [4, 2]
     with pytest.raises(ValueError, match="ascending"):
-        Shapes.from_json(bad)
-    bad = with_check.to_json()
+        codec.decode(Shapes, bad)
+    bad = codec.encode(with_check)
     bad["buckets"][1]["sizes"] = {"N": 2}
     with pytest.raises(ValueError, match="does not size every dimension"):
-        Shapes.from_json(bad)
-    bad = with_check.to_json()
+        codec.decode(Shapes, bad)
+    bad = codec.encode(with_check)
     bad["buckets"].reverse()
     with pytest.raises(ValueError, match="first bucket"):
-        Shapes.from_json(bad)
+        codec.decode(Shapes, bad)
