@@ -20,6 +20,7 @@ from aot.checks import measure, verify
 from aot.checks.reference import random_inputs
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
+from aot.frontend.source import region_families
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.executor import Executor, executor_for
 from aot.lower.footprint import device_memory
@@ -287,6 +288,7 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     reference = {**verify.reference_values(planned.source, inputs), **inputs}
     assert staged.sources is not None
     tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: staged.sources / f"{r}.mlir",
+                           lambda r: region_families(planned.source, planned.view, staged.plan.region(r).nodes),
                            compile_.ws.cache, compile_.executor, settings, progress)
     winners = {r: next(c.flags for c in t.candidates if c.name == t.winner) for r, t in tunings.items()}
     # A region that fell back to the host was tuned for the host: compile it for the host. The

@@ -23,6 +23,7 @@ from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.passes import run_sequence, run_to_fixpoint
+from aot.frontend.source import ONNX_FAMILIES, OpFamily
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
 from aot.runtime.manifest import IndexOp
 
@@ -58,6 +59,9 @@ class ModelSource:
     index_ops: tuple[IndexOp, ...] = ()  # every op indexing with a tensor, and how it is kept in range
     frontend: str = "onnx"
     versions: tuple[tuple[str, str], ...] = ()   # front-end packages the core toolchain does not list
+
+    def op_families(self, op_type: str) -> frozenset[OpFamily]:
+        return ONNX_FAMILIES.get(op_type, frozenset())
 
 
 def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,

@@ -1,4 +1,5 @@
-"""The flag sets the tuner tries for one region: pure, from the region's target and MLIR text.
+"""The flag sets the tuner tries for one region: pure, from the region's target and the op
+families its nodes hold (``frontend/source.py``: the same answer for an ONNX and a PyTorch region).
 
 Each set replaces the target's default optimisation flags (``Target.default_opt_flags``); the
 target's device flags always stay. Sets that only matter for some content (convolutions,
@@ -8,9 +9,9 @@ that could not differ from another."""
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
+from aot.frontend.source import OpFamily
 from aot.runtime.target import Target
 
 O2, O3 = "--iree-opt-level=O2", "--iree-opt-level=O3"
@@ -25,9 +26,6 @@ CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
 QUANT_REASSOC = "--iree-global-opt-enable-quantized-matmul-reassociation=true"
 QDQ_INTEGER = "--iree-global-opt-enable-qdq-to-integer-math=true"
 
-_CONV = re.compile(r'"onnx\.(Conv|ConvTranspose|ConvInteger|QLinearConv)"')
-_QUANT = re.compile(r'"onnx\.(MatMulInteger|QLinearMatMul|DequantizeLinear|DynamicQuantizeLinear|ConvInteger)"'
-                    r"|[su]?i8>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +34,13 @@ class FlagSet:
     flags: tuple[str, ...]      # optimisation flags, in place of the target's defaults
 
 
-def candidates(target: Target, mlir: str, cores: int | None = None,
+def candidates(target: Target, families: frozenset[OpFamily], cores: int | None = None,
                default: tuple[str, ...] | None = None) -> tuple[FlagSet, ...]:
     """The default first (every other set is measured against it), then the target's search space.
     ``default``: the flags the untuned region really got (None: the target's defaults; a region
     whose defaults failed to compile got none)."""
     default = FlagSet("default", target.default_opt_flags if default is None else default)
-    conv, quant = bool(_CONV.search(mlir)), bool(_QUANT.search(mlir))
+    conv, quant = OpFamily.CONVOLUTION in families, OpFamily.QUANTIZED in families
     if target.backend == "llvm-cpu":
         found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)
     elif target.backend == "cuda":

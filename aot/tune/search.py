@@ -21,6 +21,7 @@ import numpy as np
 from aot.checks.compare import VERIFY_RTOL
 from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
+from aot.frontend.source import OpFamily
 from aot.record import TuneCandidate, Tuning
 from aot.runtime import codec
 from aot.runtime.manifest import Manifest, RegionEntry
@@ -42,17 +43,19 @@ class TuneSettings:
 
 
 def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.ndarray],
-                 mlir_of: Callable[[str], Path], cache: Path, executor: Executor, settings: TuneSettings,
+                 mlir_of: Callable[[str], Path], families_of: Callable[[str], frozenset[OpFamily]], cache: Path,
+                 executor: Executor, settings: TuneSettings,
                  progress: Callable[[str], None] = lambda s: None) -> dict[str, Tuning]:
     """region -> its Tuning. ``reference``: every tensor of the model as onnxruntime computes it
-    for one input (regions are checked on their real intermediates)."""
+    for one input (regions are checked on their real intermediates); ``families_of``: the op
+    families a region's nodes hold (which content-specific flag sets apply)."""
     store = cache / "tuning"
     store.mkdir(parents=True, exist_ok=True)
     found: dict[str, Tuning] = {}
     todo: list[tuple[RegionEntry, tuple[FlagSet, ...], Path]] = []
     for r in manifest.regions:
         text = mlir_of(r.name).read_text()
-        sets = candidates(r.target, text, default=r.flags)
+        sets = candidates(r.target, families_of(r.name), default=r.flags)
         key = _key(text, r, manifest.driver(r), sets, settings)
         record = store / f"{key}.json"
         if record.exists():

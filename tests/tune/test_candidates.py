@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from aot.frontend.graph import GraphView, Node, Value
+from aot.frontend.load import ModelSource
+from aot.frontend.source import OpFamily, region_families
+from aot.frontend.torch.export import TorchSource
 from aot.runtime.target import Target
 from aot.tune.candidates import IM2COL, candidates
 
-CONV = 'torch.operator "onnx.Conv"(%x, %w) : (!torch.vtensor<[1,3,8,8],f32>'
-MATMUL = 'torch.operator "onnx.MatMul"(%x, %w) : (!torch.vtensor<[1,8],f32>'
-INT8 = 'torch.operator "onnx.MatMul"(%x, %w) : (!torch.vtensor<[8,8],si8>'
+CONV = frozenset({OpFamily.CONVOLUTION})
+MATMUL: frozenset[OpFamily] = frozenset()
+INT8 = frozenset({OpFamily.QUANTIZED})
 
 
 @pytest.mark.parametrize("backend", Target.backends())
@@ -46,3 +50,23 @@ def test_the_default_is_what_the_untuned_region_got():
     # PP-OCR-det's region fails with im2col and is compiled without it: that is its default.
     sets = candidates(Target.host(), CONV, default=())
     assert sets[0].flags == () and "direct-conv" not in {s.name for s in sets}
+
+
+def _view(op: str, dtype: str = "float32") -> GraphView:
+    return GraphView.build([Node("n", op, ("x",), ("y",))], ["x"], ["y"],
+                           {"x": Value("x", dtype, (1, 8)), "y": Value("y", "float32", (1, 8))})
+
+
+ONNX = ModelSource(None, "m", "", 17, None, (), ())   # type: ignore[arg-type]  # only op_families is asked
+TORCH = TorchSource("m", "", "", "", (), (), (), None, None, ())
+
+
+@pytest.mark.parametrize("source, conv, matmul", [(ONNX, "Conv", "MatMul"), (TORCH, "aten.convolution", "aten.mm")])
+def test_both_front_ends_name_the_same_families(source, conv, matmul):
+    """The tuner's "has convolutions" comes from the front end: a PyTorch region gets the
+    convolution candidates too (a regex on "onnx.Conv" in the MLIR never matched it)."""
+    assert region_families(source, _view(conv), ["n"]) == CONV
+    assert region_families(source, _view(matmul), ["n"]) == MATMUL
+    assert region_families(source, _view(matmul, "int8"), ["n"]) == INT8
+    names = {s.name for s in candidates(Target.host(), region_families(source, _view(conv), ["n"]))}
+    assert {"direct-conv", "channels-last", "data-tiled-conv"} <= names

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from aot.frontend.source import TORCH_FAMILIES, OpFamily
 from aot.errors import ImporterError, ModelError
 from aot.frontend.load import TensorSpec
 from aot.frontend.torch.attention import sdpa_as_matmuls
@@ -62,6 +63,9 @@ class TorchSource:
     folded_nodes: int = 0
     constants: tuple = ()
     index_ops: tuple = ()
+
+    def op_families(self, op_type: str) -> frozenset[OpFamily]:
+        return TORCH_FAMILIES.get(op_type, frozenset())
 
 
 def export(module: Any, example_args: Mapping[str, Any], *, path: str = "",
