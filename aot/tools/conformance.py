@@ -73,7 +73,7 @@ def run_case(case, accel: str) -> CaseResult:
             return CaseResult(case.name, "import error", e.message[:200], time.perf_counter() - start)
         except CompileError as e:
             return CaseResult(case.name, "compile error", e.stderr_tail[:200], time.perf_counter() - start)
-        fallbacks = [r.name for r in result.bundle.manifest.regions if r.fallback]
+        fallbacks = [r.name for r in result.bundle.record.regions if r.fallback]
         names, skip = _input_names(case), dict(baked)
         try:
             with runtime.load(result.bundle.path) as session:

@@ -121,7 +121,7 @@ def test_host_bundle_matches_onnxruntime(name, corpus_bundle):
 def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle):
     result = corpus_bundle(name, "vulkan", **LAVAPIPE[name])
     assert "vulkan-spirv" in targets(result)
-    assert all(r.fallback is None for r in result.bundle.manifest.regions)
+    assert all(r.fallback is None for r in result.bundle.record.regions)
     golden_model(name, result, isolated=True)
 
 
@@ -130,13 +130,13 @@ def test_cuda_bundle_compiles_without_a_gpu(name, corpus_bundle):
     # CI has no GPU: this checks the CUDA path compiles (scripts/gpu_check.py runs it on one).
     result = corpus_bundle(name, "cuda", host=Target.host("x86-64-v3"))
     assert "cuda" in targets(result)
-    assert all(r.fallback is None for r in result.bundle.manifest.regions)
+    assert all(r.fallback is None for r in result.bundle.record.regions)
 
 
 def test_minilm_partitioned_for_cuda_compiles_without_a_gpu(corpus_bundle):
     result = corpus_bundle("minilm", "cuda", **MINILM_SPLIT)
     assert targets(result).count("cuda") >= 5 and targets(result).count("llvm-cpu") >= 5
-    assert all(r.fallback is None for r in result.bundle.manifest.regions)
+    assert all(r.fallback is None for r in result.bundle.record.regions)
 
 
 def test_minilm_split_over_vulkan_and_cpu_matches_onnxruntime(corpus_bundle):
