@@ -22,7 +22,8 @@ from aot.errors import BundleError
 from aot.partition.plan import Gate
 from aot.runtime import codec
 from aot.runtime.codec import field
-from aot.runtime.manifest import bundle_dir, write_json
+from aot.runtime.atomic import write_json
+from aot.runtime.manifest import bundle_dir
 
 RECORD = "record.json"
 PLAN = "plan.json"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -70,13 +69,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:   # someone else's process
         return True
     return True
-
-
-def write_json(path: Path, data: object) -> None:
-    """Write a cache record atomically: concurrent builds sharing a cache never read half a file."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 def publish(staging: Path, target: Path) -> None:

@@ -25,7 +25,6 @@ from aot.errors import ModelError
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.importer import PARAMS_SCOPE, import_onnx
 from aot.options import BuildOptions
-from aot.partition.support import HOST
 from aot.runtime import shapes as sh
 from aot.runtime.manifest import Manifest, RegionEntry, Weights, file_sha256
 from aot.runtime.session import Session

@@ -23,7 +23,7 @@ from aot.lower.importer import PARAMS_SCOPE
 from aot.lower.outline import OutlinedRegion
 from aot.partition.cost import RegionEstimate
 from aot.partition.plan import Plan
-from aot.runtime import lanes
+from aot.runtime import codec, lanes
 from aot.runtime import manifest as mf
 from aot.record import PLAN, BuildRecord, GraphNode, Machine, PartitionRecord, RegionRecord
 from aot.runtime.manifest import BoundaryTensor, ConstantInput, Manifest, ModelInfo, RegionEntry, TensorSig, Weights
@@ -89,7 +89,7 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
         model=ModelInfo(name=source.name, sha256=source.sha256, source=str(source.path), frontend=source.frontend),
         inputs=tuple(map(_sig, source.inputs)),
         outputs=tuple(map(_sig, source.outputs)),
-        constant_inputs=tuple(ConstantInput(n, v.dtype.name, tuple(v.shape), mf.freeze(v.tolist()))
+        constant_inputs=tuple(ConstantInput(n, v.dtype.name, tuple(v.shape), codec.freeze(v.tolist()))
                               for n, v in source.constants),
         weights=weights,
         regions=tuple(regions),

@@ -9,7 +9,7 @@ from pathlib import Path
 from aot import runtime
 from aot.checks.reference import random_inputs
 from aot.runtime.manifest import Manifest
-from aot.workspace import write_json
+from aot.runtime.atomic import write_json
 
 
 def profile(bundle: Path, manifest: Manifest, cache: Path, repeats: int = 20) -> tuple[float, dict[str, float]]:

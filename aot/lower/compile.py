@@ -4,7 +4,6 @@ content-hash cache, atomic writes, per-region fallback from the accelerator to l
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -13,6 +12,7 @@ from aot.errors import AotError, CompileError
 from aot.lower import footprint
 from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
                                 iree_compile_path)
+from aot.runtime.atomic import write_atomic
 from aot.runtime.manifest import file_sha256
 from aot.runtime.target import Target
 
@@ -122,9 +122,7 @@ def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Pat
         return CompileError(task.label, argv, outcome.returncode, outcome.log)
     # Write to a private name and rename: a reader never sees half a module, and concurrent
     # builds sharing the cache write identical bytes.
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.tmp")
-    tmp.write_bytes(outcome.vmfb)
-    os.replace(tmp, out)
+    write_atomic(out, outcome.vmfb)
     sha = file_sha256(out)
     footprint.store_transients(out.parent, sha, outcome.log)
     return CompiledRegion(job.region, job.target, out, sha, None, False, outcome.seconds, job.opt_flags)

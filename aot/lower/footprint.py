@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aot.errors import CompileError
 from aot.lower.executor import iree_compile_path
+from aot.runtime.atomic import write_atomic
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.runtime.memory import DeviceMemory
 
@@ -61,7 +62,7 @@ def store_transients(cache: Path, sha256: str, log: str) -> None:
 def _keep(cache: Path, sha256: str, transient_bytes: int) -> int:
     path = _cached(cache, sha256)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(str(transient_bytes))
+    write_atomic(path, str(transient_bytes).encode())   # a concurrent reader never sees a half-written number
     return transient_bytes
 
 

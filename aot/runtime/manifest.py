@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import codec
-from .codec import Inline, field, freeze
+from .atomic import write_json
+from .codec import Inline, field
 from .errors import BundleError
 from .memory import DeviceMemory
 from .shapes import Bucket, Fallback, Shapes
@@ -236,14 +236,6 @@ class Manifest:
     def write(self, bundle: Path, name: str = MANIFEST) -> Path:
         """Write ``bundle/manifest.json`` (or another ``name``) atomically: a reader never sees half a manifest."""
         return write_json(Path(bundle) / name, self.to_json())
-
-
-def write_json(path: Path, data: Any) -> Path:
-    """The one atomic JSON writer: a reader never sees half a file."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def bundle_dir(path: str | Path) -> Path:

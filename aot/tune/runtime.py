@@ -22,7 +22,7 @@ from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.manifest import HostRuntime, Manifest
 from aot.tune.search import TuneSettings, device_identity, run_probe
-from aot.workspace import write_json
+from aot.runtime.atomic import write_json
 
 ROUNDS = 3
 

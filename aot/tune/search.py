@@ -26,7 +26,7 @@ from aot.record import TuneCandidate, Tuning
 from aot.runtime import codec
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.tune.candidates import FlagSet, candidates
-from aot.workspace import write_json
+from aot.runtime.atomic import write_json
 
 PROBE_TIMEOUT_S = 600       # one probe process: load, check and time every candidate of a region
 # A candidate must beat the default by this much to replace it. Medians of the same module on
