@@ -12,7 +12,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY = {"build": "aot.api", "plan": "aot.api", "build_torch": "aot.api", "BuildOptions": "aot.options", "Target": "aot.runtime.target"}
+_LAZY = {"build": "aot.api", "plan": "aot.api", "build_torch": "aot.api", "BuildOptions": "aot.options", "GateMode": "aot.partition.plan",
+         "FallbackMode": "aot.options", "Target": "aot.runtime.target"}
 __all__ = ["__version__", *_LAZY]
 
 

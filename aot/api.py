@@ -154,6 +154,6 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
     plan_file = build_dir / "build" / "tune-plan.json"
     plan_file.parent.mkdir(parents=True, exist_ok=True)
     plan_file.write_bytes((bundle / PLAN).read_bytes())
-    options = dataclasses.replace(codec.decode(BuildOptions, rec.options), plan_file=plan_file, tune=True,
+    options = dataclasses.replace(BuildOptions.from_record(rec.options), plan_file=plan_file, tune=True,
                                   tune_repeats=repeats, cluster=cluster)
     return build(source, build_dir, options, progress)

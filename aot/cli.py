@@ -134,108 +134,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_build_options(p: argparse.ArgumentParser) -> None:
-    from aot.options import DEFAULTS as D
-    from aot.partition import policies, select
+    from aot.option_flags import add_arguments
+    from aot.options import BuildOptions
 
-    p.add_argument("--accel", default=str(D.accel) if D.accel else "none", metavar="vulkan|cuda|none[:ARCH]",
-                   help=f"accelerator target: vulkan[:ARCH], cuda[:ARCH] or none (host only); default {D.accel}")
-    p.add_argument("--vulkan-target", help=f"Vulkan arch to compile for; must match the device "
-                                           f"(default {Target.parse('vulkan').arch}, Mesa lavapipe)")
-    p.add_argument("--cuda-target", help=f"CUDA arch to compile for (default {Target.parse('cuda').arch})")
-    p.add_argument("--host-cpu", default=D.host.arch,
-                   help="llvm-cpu target CPU (default: this machine's); e.g. x86-64-v3 for a bundle that runs elsewhere")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
-    p.add_argument("--batch-buckets", default=D.batch_buckets, metavar="LADDER",
-                   help="sizes a symbolic batch dimension is compiled at (1,2,4,8 | ratio:MAX:1.0,0.5 | "
-                        f"linear:MAX:N | @observed.txt[*0.8]); default {D.batch_buckets}")
-    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=LADDER",
-                   help="sizes of another symbolic dimension (its name in the model, or INPUT.AXIS when unnamed)")
-    p.add_argument("--pad-value", action="append", default=[], metavar="INPUT=VALUE",
-                   help="what padding up to a bucket fills INPUT with (default 0)")
-    p.add_argument("--accept-padding", action="append", default=[], metavar="SYMBOL=MAX_ABS_DIFF",
-                   help="keep a ladder whose padding changes results by up to this much (measured per bucket)")
-    p.add_argument("--fallback", choices=("none", "dynamic"), default=D.fallback,
-                   help="dynamic: also compile the whole model for the host with its symbolic dimensions "
-                        "dynamic, to serve a call past the largest bucket along a non-batch dimension")
-    p.add_argument("--example-input", action="append", default=[], metavar="NAME=1x3x224x224[:DTYPE]",
-                   help="a PyTorch model (MODEL given as pkg.module:factory or file.py:factory): one per "
-                        "forward argument, in order; the module is exported for these static shapes")
-    p.add_argument("--const-input", action="append", default=[], metavar="NAME=VALUE",
-                   help="bake an input in as a constant (16000, 0,2 or @values.npy); branches and shapes "
-                        "it decides are folded away")
-    p.add_argument("--no-index-guards", dest="index_guards", action="store_false", default=D.index_guards,
-                   help="do not guard indices computed inside the model (an out-of-range one then reads "
-                        "outside its tensor); indices that are model inputs are still checked")
-    p.add_argument("--min-compute", type=int, default=D.min_compute,
-                   help="accelerator regions with fewer compute nodes stay on the host")
-    p.add_argument("--policy", choices=policies.names(), default=D.policy,
-                   help="region-forming policy: cycle-free greedy merging, or depth-growth")
-    p.add_argument("--select", choices=select.MODES, default=D.select,
-                   help="which accelerator regions to keep (the rest run on the host)")
-    p.add_argument("--threshold", type=int, default=D.threshold,
-                   help="compute nodes a region needs under --select threshold")
-    p.add_argument("--no-gate", dest="gate", action="store_false", default=D.gate,
-                   help="ship the partition even when the cost model says one device would be faster")
-    p.add_argument("--cost-params", help="device parameters JSON for the cost model (default: aot/partition/devices.json)")
-    p.add_argument("--host-ops", help="comma-separated op types forced to the host")
-    p.add_argument("--accel-ops", help="comma-separated op types forced to the accelerator")
-    p.add_argument("--host-nodes", help="comma-separated node-name globs forced to the host")
-    p.add_argument("--accel-nodes", help="comma-separated node-name globs forced to the accelerator")
-    p.add_argument("--accel-compile-timeout", type=float, default=D.accel_compile_timeout, metavar="SECONDS",
-                   help="an accelerator region still compiling after this falls back to llvm-cpu")
-    p.add_argument("--measure", action="store_true", default=D.measure,
-                   help="time every region on its real device and gate on the measurements")
-    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=D.verify,
-                   help="run each accelerator region on its device against the reference (onnxruntime, or "
-                        "PyTorch eager for a torch module); move failures "
-                        "to the host (default: on when the device is present)")
-    p.add_argument("--tune", action="store_true", default=D.tune,
-                   help="search each region's compile flags on its device and the host runtime's threading; "
-                        "keep the fastest that matches onnxruntime (cached: a second run times nothing)")
-    _add_tune_options(p)
-    p.add_argument("--plan", help="build exactly this plan.json (validated first)")
-    p.add_argument("--name", help="model name for the manifest and the stub class (default: the graph name)")
-    p.add_argument("--dump-after", action="append", default=[], choices=("plan", "import"),
-                   help="write the stage's output into OUTPUT/build")
+    add_arguments(p, BuildOptions, "build")
 
 
 def _add_tune_options(p: argparse.ArgumentParser) -> None:
-    from aot.options import DEFAULTS as D
+    from aot.option_flags import add_arguments
+    from aot.options import BuildOptions
 
-    p.add_argument("--tune-repeats", type=int, default=D.tune_repeats, metavar="N",
-                   help="timed calls per tuning candidate (warm medians, interleaved)")
-    p.add_argument("--cluster", default=D.cluster, metavar="ADDRESS",
-                   help="run compile jobs on this Dask scheduler (tcp://HOST:8786) instead of a local pool")
+    add_arguments(p, BuildOptions, "tune")
 
 
 def _build_options(args: argparse.Namespace):
-    """BuildOptions from the command line; the accelerator target is parsed here, once."""
-    from aot.options import (BuildOptions, parse_constant, parse_example_input, parse_number, parse_pair,
-                             parse_shape)
-    from aot.partition.support import Overrides, split_names
+    """BuildOptions from the command line: what was given, parsed once; the rest its defaults."""
+    from aot.option_flags import from_arguments
+    from aot.options import BuildOptions
 
-    accel = Target.accelerator(args.accel)
-    arch = {"cuda": args.cuda_target, "vulkan-spirv": args.vulkan_target}.get(accel.backend) if accel else None
-    if arch and ":" in args.accel and arch != accel.arch:
-        raise AotError(f"--accel {args.accel} and --{accel.backend.split('-')[0]}-target {arch} name two archs",
-                       hint="give the arch once")
-    return BuildOptions(
-        accel=Target.accelerator(args.accel, arch), host=Target.host(args.host_cpu),
-        input_shapes=tuple(parse_shape(s) for s in args.input_shape), min_compute=args.min_compute,
-        example_inputs=tuple(parse_example_input(s) for s in args.example_input),
-        constant_inputs=tuple((n, v.tolist()) for n, v in map(parse_constant, args.const_input)),
-        policy=args.policy, select=args.select, threshold=args.threshold, gate=args.gate,
-        cost_params=Path(args.cost_params) if args.cost_params else None,
-        accel_compile_timeout=args.accel_compile_timeout, measure=args.measure, verify=args.verify,
-        overrides=Overrides(frozenset(split_names(args.host_ops)), frozenset(split_names(args.accel_ops)),
-                            split_names(args.host_nodes), split_names(args.accel_nodes)),
-        plan_file=Path(args.plan) if args.plan else None, dump_after=frozenset(args.dump_after), name=args.name,
-        tune=args.tune, tune_repeats=args.tune_repeats, cluster=args.cluster, index_guards=args.index_guards,
-        batch_buckets=args.batch_buckets,
-        dim_ladders=tuple(parse_pair(d, "--dim", "SYMBOL=1,2,4") for d in args.dim),
-        pad_values=tuple(parse_number(v, "--pad-value", "INPUT=0") for v in args.pad_value),
-        fallback=args.fallback,
-        padding_tolerances=tuple(parse_number(v, "--accept-padding", "SYMBOL=0.01") for v in args.accept_padding))
+    return from_arguments(BuildOptions, args, "build")
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -255,7 +172,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from aot import api
 
-    result = api.tune(Path(args.build), repeats=args.tune_repeats, cluster=args.cluster,
+    from aot.option_flags import from_arguments
+    from aot.options import BuildOptions
+
+    given = from_arguments(BuildOptions, args, "tune")
+    result = api.tune(Path(args.build), repeats=given.tune_repeats, cluster=given.cluster,
                       progress=lambda s: print(s, file=sys.stderr))
     from aot import report
 

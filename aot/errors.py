@@ -9,8 +9,12 @@ from __future__ import annotations
 # The runtime's errors live in its package (a bundle ships a copy of it); the build raises the same classes.
 from aot.runtime.errors import AotError, BundleError, DeviceError, DeviceLostError, RuntimeInputError
 
-__all__ = ["AotError", "BundleError", "DeviceError", "DeviceLostError", "RuntimeInputError", "ModelError", "ImporterError",
+__all__ = ["AotError", "BundleError", "DeviceError", "DeviceLostError", "RuntimeInputError", "UsageError", "ModelError", "ImporterError",
            "PartitionError", "OutlineError", "CompileError"]
+
+
+class UsageError(AotError):
+    """The command line is malformed: a flag's value cannot be read (``--input-shape x=abc``)."""
 
 
 class ModelError(AotError):

@@ -28,7 +28,7 @@ from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
 from aot.partition import Plan, make_plan, validate
-from aot.partition.plan import Gate
+from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
@@ -36,7 +36,7 @@ from aot.record import CoverageRecord, PartitionRecord, RegionCheck, Unsupported
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
-from aot.tune.search import TuneSettings, tune_regions
+from aot.tune.search import tune_regions
 from aot.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
         if options.tune:
             staged = _tuned(staged, planned, compile_, options, progress)
             clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
-        if options.measure and len(staged.plan.regions) > 1:
+        if _should_measure(staged, options):
             staged = _measured_gate(staged, planned, compile_, ws, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
@@ -283,7 +283,7 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     """Search each region's flags on its device, compile the winners, then choose the host
     runtime for the tuned bundle. Candidates are checked against the reference like verification
     does, so the tuned bundle keeps the verification record."""
-    settings = TuneSettings(options.tune_repeats, accel_timeout=options.accel_compile_timeout)
+    settings = options.tune_settings()
     inputs = random_inputs(staged.manifest.inputs, seed=0)
     reference = {**verify.reference_values(planned.source, inputs), **inputs}
     assert staged.sources is not None
@@ -303,6 +303,11 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     return dataclasses.replace(tuned, manifest=dataclasses.replace(tuned.manifest, host_runtime=runtime),
                                record=dataclasses.replace(record, host_runtime_measured=measured),
                                plan=dataclasses.replace(plan, host_runtime=runtime))
+
+
+def _should_measure(staged: Staged, options: BuildOptions) -> bool:
+    """The measured gate times a partition, unless a plan file pinned what it decided."""
+    return options.gate is GateMode.MEASURED and options.plan_file is None and len(staged.plan.regions) > 1
 
 
 def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Workspace,

@@ -20,6 +20,7 @@ from aot.pipeline import build
 from aot.record import BuildRecord
 from aot.runtime import manifest as mf
 from aot.runtime.target import Target
+from aot.partition.plan import GateMode
 from conftest import RTOL, ATOL, golden, run_aot
 
 pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
@@ -196,7 +197,7 @@ def hostile_model(path, name: str):
 @pytest.mark.parametrize("name", ['q"uote\'s\nnew*/line', "x" * 5000, "class", "%0 = @bad\\"])
 def test_hostile_names_survive_a_real_build(tmp_path, name):
     model = hostile_model(tmp_path / "hostile.onnx", name)
-    result = build(model, tmp_path / "out", BuildOptions(accel=VULKAN, min_compute=1, gate=False))
+    result = build(model, tmp_path / "out", BuildOptions(accel=VULKAN, min_compute=1, gate=GateMode.OFF))
     assert len(result.bundle.manifest.regions) == 2
     assert result.bundle.manifest.model.name == name
     golden(result.bundle.path, model)

@@ -13,6 +13,7 @@ import pytest
 from aot import api
 from aot.options import BuildOptions
 from aot.runtime.target import Target
+from aot.partition.plan import GateMode
 
 pytestmark = pytest.mark.device  # compiles with IREE (and --measure runs on the device)
 
@@ -37,9 +38,9 @@ def _drop(d, path):
         _drop(d[head], rest)
 
 
-@pytest.mark.parametrize("accel, measure", [("vulkan", False), ("none", True)])
-def test_two_folders_give_the_same_bundle(example_model, tmp_path, accel, measure):
-    options = BuildOptions(accel=Target.accelerator(accel), measure=measure)
+@pytest.mark.parametrize("accel, gate", [("vulkan", GateMode.ROOFLINE), ("none", GateMode.MEASURED)])
+def test_two_folders_give_the_same_bundle(example_model, tmp_path, accel, gate):
+    options = BuildOptions(accel=Target.accelerator(accel), gate=gate)
     built = []
     for name in ("a", "b"):
         model = tmp_path / f"model-{name}" / "tiny_cnn.onnx"

@@ -14,6 +14,7 @@ import aot
 import aot.record
 import torch_models as tm
 from aot import runtime
+from aot.partition.plan import GateMode
 from conftest import ROOT
 
 pytestmark = pytest.mark.device
@@ -137,7 +138,7 @@ def test_bench_and_profile_say_they_need_an_onnx_model(torch_bundles):
 def test_literals_are_copied_into_every_region_that_reads_them(tmp_path):
     x = {"x": torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))}
     # Gate off and one compute node per region: the partition is forced, so the literal crosses.
-    result = aot.build_torch(tm.literals(), x, tmp_path, accel="vulkan", gate=False, min_compute=1)
+    result = aot.build_torch(tm.literals(), x, tmp_path, accel="vulkan", gate=GateMode.OFF, min_compute=1)
     regions = result.bundle.manifest.regions
     assert [r.target.backend for r in regions] == ["vulkan-spirv", "llvm-cpu", "vulkan-spirv"]
     sources = {r.name: (tmp_path / "build" / "regions" / "built" / f"{r.name}.mlir").read_text() for r in regions}

@@ -22,7 +22,7 @@ from aot.buckets import fallback, padding
 from aot.buckets.dims import plan_dims, with_sizes
 from aot.bundle.write import Staged, link_or_copy, publish_bundle
 from aot.frontend.symbols import symbolic_inputs
-from aot.options import BuildOptions
+from aot.options import BuildOptions, FallbackMode
 from aot.pipeline import BuildResult, Progress, StagedBuild
 from aot.runtime.manifest import Manifest, file_sha256
 from aot.runtime.shapes import Bucket, Dim, PaddingCheck, Shapes, all_sizes
@@ -92,9 +92,9 @@ def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options
         b.staged.record.write(staging, f"buckets/b{i}.record.json")   # how that bucket was built
         buckets.append(Bucket(b.sizes, f"buckets/b{i}.json", file_sha256(path), b.checks))
     dynamic = None
-    if options.fallback == "dynamic" and any(not d.batch for d in dims):
+    if options.fallback is FallbackMode.DYNAMIC and any(not d.batch for d in dims):
         dynamic = fallback.build(model, first.manifest, dims, options, ws, staging, progress)
-    elif options.fallback == "dynamic":
+    elif options.fallback is FallbackMode.DYNAMIC:
         progress("fallback none needed: every symbolic dimension is a batch, which runs in chunks past its ladder")
     top = dataclasses.replace(first.manifest, shapes=Shapes(dims, tuple(buckets), options.pad_values, dynamic))
     return publish_bundle(Staged(staging, top, first.record, first.plan), ws.bundle)

@@ -14,19 +14,22 @@ from aot.frontend.graph import GraphView
 from aot.partition import order, policies, select
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.overlap import split_for_overlap
-from aot.partition.plan import Gate, Plan, Region, region_edges, validate
+from aot.partition.plan import Gate, GateMode, Plan, Region, region_edges, validate
 from aot.partition.support import ACCEL, HOST, Label, Overrides, SupportTable, label
 
 @dataclass(frozen=True, slots=True)
 class PartitionOptions:
+    """The partitioner's view of ``BuildOptions`` (``BuildOptions.partition_options``); the
+    defaults are the build options', not its own."""
+
     accel_target: str | None          # "vulkan-spirv", "cuda" or None for host only
-    min_compute: int = 2              # accelerator regions with fewer compute nodes go to the host
-    overrides: Overrides = Overrides()
-    policy: str = "greedy"
-    select: str = "all"
-    threshold: int = 0
-    gate: bool = True
-    cost_params: Path | None = None
+    min_compute: int                  # accelerator regions with fewer compute nodes go to the host
+    overrides: Overrides
+    policy: str
+    select: str
+    threshold: int
+    gate: GateMode                    # ROOFLINE: the cost model's gate; MEASURED is the pipeline's
+    cost_params: Path | None
 
 
 def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
@@ -56,7 +59,7 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     groups, moved = split_for_overlap(groups, view, cost, lambda split: not moves_of(split))
     reasons = {**{n: lab.reason for n, lab in labels.items() if lab.device == HOST}, **moved}
     plan = plan_from_groups(view, groups, reasons)
-    if options.gate and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
+    if options.gate is GateMode.ROOFLINE and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))
     validate(plan, view)
     return plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,14 @@ class Region:
     # Optimisation flags pinned by a search (tuning): a build of this plan compiles the region with
     # exactly these instead of its target's defaults, and searches nothing. None: the defaults.
     flags: tuple[str, ...] | None = field(default=None, omit_default=True)
+
+
+class GateMode(enum.Enum):
+    """How a build decides whether a partition is worth shipping (``--gate``)."""
+
+    OFF = "off"                # always ship it
+    ROOFLINE = "roofline"      # when the cost model estimates it beats one device
+    MEASURED = "measured"      # when timing on the real devices says it beats the host
 
 
 @dataclass(frozen=True, slots=True)

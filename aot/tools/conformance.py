@@ -24,6 +24,7 @@ import numpy as np
 
 from aot.runtime.target import Target
 from aot.tools.isolate import in_child
+from aot.partition.plan import GateMode
 
 CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
 
@@ -63,7 +64,7 @@ def run_case(case, accel: str) -> CaseResult:
         onnx.save(case.model, str(model_path))
         sets = _data_sets(case)  # converted once: baking, shapes and the run all read them
         baked = _constants_from_data(case, sets)
-        options = BuildOptions(accel=Target.accelerator(accel), min_compute=1, gate=False, verify=False, accel_compile_timeout=120,
+        options = BuildOptions(accel=Target.accelerator(accel), min_compute=1, gate=GateMode.OFF, verify=False, accel_compile_timeout=120,
                                input_shapes=_shapes_from_data(case, sets, baked), constant_inputs=baked)
         try:
             result = build(model_path, scratch / "out", options)

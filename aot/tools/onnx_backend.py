@@ -44,13 +44,15 @@ class AotBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> AotRep:
         from aot.options import BuildOptions
+        from aot.partition.plan import GateMode
         from aot.pipeline import build
         from aot.runtime.target import Target
 
         scratch = Path(tempfile.mkdtemp(prefix="aot-backend-"))
         path = scratch / "model.onnx"
         onnx.save(model, str(path))
-        options = BuildOptions(accel=Target.accelerator(_ACCEL[device.upper()]), min_compute=1, gate=False, verify=False)
+        options = BuildOptions(accel=Target.accelerator(_ACCEL[device.upper()]), min_compute=1, gate=GateMode.OFF,
+                               verify=False)
         result = build(path, scratch / "out", options)
         return AotRep(scratch, result.bundle.path)
 

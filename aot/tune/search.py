@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -37,9 +37,11 @@ MIN_GAIN = 0.03
 
 @dataclass(frozen=True, slots=True)
 class TuneSettings:
-    repeats: int = 20       # timed calls per candidate (after warmup), interleaved
-    warmup: int = 3
-    accel_timeout: float = 300.0
+    """The tuner's view of ``BuildOptions`` (``BuildOptions.tune_settings``)."""
+
+    repeats: int            # timed calls per candidate (after warmup), interleaved
+    accel_timeout: float    # an accelerator candidate compiling longer than this is dropped
+    warmup: ClassVar[int] = 3
 
 
 def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.ndarray],

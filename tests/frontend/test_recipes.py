@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.errors import ModelError
 from aot.frontend import load
+from aot.option_flags import UsageError
 from aot.options import parse_constant
 from conftest import run_aot
 
@@ -67,7 +68,7 @@ def test_const_input_through_the_cli_and_the_golden_check(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("sr", "bad --const-input"), ("sr=fast", "not a number list"), ("sr=@missing.npy", "cannot read")])
 def test_bad_const_input_text_is_a_clear_error(text, message):
-    with pytest.raises(ModelError, match=message):
+    with pytest.raises(UsageError, match=message):
         parse_constant(text)
 
 

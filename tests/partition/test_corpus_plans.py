@@ -10,6 +10,7 @@ from aot.options import BuildOptions
 from aot.partition.plan import boundaries
 from aot.partition.support import Overrides, SupportTable, label
 from aot.tools import zoo
+from aot.partition.plan import GateMode
 
 CORPUS = [m.name for m in zoo.MODELS]
 
@@ -41,7 +42,7 @@ STRESS = Overrides(host_ops=frozenset({"Softmax", "MaxPool", "Flatten", "LayerNo
 @pytest.mark.parametrize("policy", ["greedy", "depth"])
 @pytest.mark.parametrize("overrides", [Overrides(), STRESS], ids=["table", "stress"])
 def test_region_count_is_bounded_by_host_islands(name, policy, overrides):
-    options = BuildOptions(policy=policy, overrides=overrides, gate=False, min_compute=1)
+    options = BuildOptions(policy=policy, overrides=overrides, gate=GateMode.OFF, min_compute=1)
     planned = aot.plan(f"zoo:{name}", options, suggest=False)
     view, plan = planned.view, planned.plan
     labels = label(view, SupportTable.for_target("vulkan-spirv"), overrides)

@@ -11,10 +11,17 @@ from hypothesis import given, settings, strategies as st
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView, Node, Value
 from aot.partition import regions
+from aot.options import BuildOptions
 from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate
 from aot.partition.support import Overrides
+from aot.partition.plan import GateMode
 from conftest import graph
+
+
+def vulkan_options(**settings) -> PartitionOptions:
+    """The partitioner's view of build options for the Vulkan accelerator."""
+    return BuildOptions(**settings).partition_options()
 
 
 def merged(view: GraphView, host: set[str]) -> list[tuple[str, set[str]]]:
@@ -45,7 +52,7 @@ def test_independent_siblings_of_one_label_fuse():
 
 def test_small_accelerator_region_is_demoted_to_host_with_a_reason():
     view = graph([("a", "b"), ("b", "c")], op_types={"a": "Conv", "b": "TopK", "c": "Relu"})
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=2, gate=False))
+    plan = make_plan(view, vulkan_options(min_compute=2, gate=GateMode.OFF))
     assert [(r.device, r.nodes) for r in plan.regions] == [("host", ("a", "b", "c"))]
     assert "fewer than --min-compute 2" in dict(plan.reasons)["a"]
     assert "TopK" in dict(plan.reasons)["b"]
@@ -53,7 +60,7 @@ def test_small_accelerator_region_is_demoted_to_host_with_a_reason():
 
 def test_overrides_force_nodes_and_op_types():
     view = graph([("a", "b"), ("b", "c"), ("c", "d")], op_types={"a": "Conv", "b": "Conv", "c": "Relu", "d": "Relu"})
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, gate=False,
+    plan = make_plan(view, vulkan_options(min_compute=1, gate=GateMode.OFF,
                                             overrides=Overrides(host_ops=frozenset({"Relu"}), accel_nodes=("d",))))
     assert [(r.device, r.nodes) for r in plan.regions] == [("accel", ("a", "b")), ("host", ("c",)), ("accel", ("d",))]
     assert "--host-ops" in dict(plan.reasons)["c"]
@@ -101,8 +108,8 @@ def test_merge_partitions_every_dag_into_acyclic_homogeneous_regions(case):
 @given(labelled_dags(), st.integers(1, 4))
 def test_make_plan_is_valid_for_any_min_compute(case, min_compute):
     view, host = case
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute,
-                                            Overrides(host_nodes=tuple(sorted(host))), gate=False))
+    plan = make_plan(view, vulkan_options(min_compute=min_compute,
+                                            overrides=Overrides(host_nodes=tuple(sorted(host))), gate=GateMode.OFF))
     validate(plan, view)
     assert {n for r in plan.regions if r.device == "host" for n in r.nodes} >= host  # forced nodes stay
     for r in plan.regions:
@@ -131,7 +138,7 @@ def test_invalid_plans_are_rejected(regions_, message):
 
 def test_plan_file_round_trip(tmp_path):
     view = graph([("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")], op_types={"C": "TopK"})
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, gate=False))
+    plan = make_plan(view, vulkan_options(min_compute=1, gate=GateMode.OFF))
     path = tmp_path / "plan.json"
     plan.save(path)
     again = Plan.load(path)

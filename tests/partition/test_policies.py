@@ -11,13 +11,15 @@ from aot.errors import PartitionError
 from aot.frontend.graph import GraphView, Node, Value
 from aot.partition import depth, order, overlap
 from aot.partition.cost import CostModel, node_flops, plan_cost
-from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups
+from aot.partition.partitioner import make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate
 from aot.partition.select import MODES
 from aot.partition.support import Overrides
 from aot.runtime import lanes
+from aot.partition.plan import GateMode
 from conftest import graph
-from test_partition import labelled_dags
+from test_partition import labelled_dags, vulkan_options
+
 
 
 def depth_regions(view, host):
@@ -46,7 +48,7 @@ def test_depth_growth_does_not_close_a_cycle():
 def test_specific_output_pulls_its_region_to_the_host():
     # accel {A, B} where B is a logical op read by host C: one host region {A, B, C}
     view = graph([("A", "B"), ("B", "C")], op_types={"A": "Conv", "B": "Greater", "C": "TopK"})
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, gate=False))
+    plan = make_plan(view, vulkan_options(min_compute=1, gate=GateMode.OFF))
     assert [(r.device, r.nodes) for r in plan.regions] == [("host", ("A", "B", "C"))]
     assert "comparison op" in dict(plan.reasons)["A"]
 
@@ -56,7 +58,7 @@ def test_bool_tensor_stays_inside_an_accelerator_region():
     values = {"x": Value("x", "float32", (4,)), "mask": Value("mask", "bool", (4,)),
               "y": Value("y", "float32", (4,)), "z": Value("z", "float32", (4,))}
     view = GraphView.build(nodes, ["x"], ["z"], values)
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, gate=False))
+    plan = make_plan(view, vulkan_options(min_compute=1, gate=GateMode.OFF))
     assert [(r.device, r.nodes) for r in plan.regions] == [("accel", ("cmp", "use")), ("host", ("top",))]
 
 
@@ -91,7 +93,7 @@ def two_island_graph() -> GraphView:
     ("largest+threshold", 1, [("b1", "b2", "b3"), ("s1",)]),
 ])
 def test_selection_modes(mode, threshold, kept):
-    plan = make_plan(two_island_graph(), PartitionOptions("vulkan-spirv", 1, select=mode, threshold=threshold, gate=False))
+    plan = make_plan(two_island_graph(), vulkan_options(min_compute=1, select=mode, threshold=threshold, gate=GateMode.OFF))
     assert [r.nodes for r in plan.regions if r.device == "accel"] == kept
 
 
@@ -140,7 +142,7 @@ def test_plan_cost_overlaps_independent_regions_on_different_devices(tmp_path):
 def test_gate_rejects_a_partition_that_costs_more_than_all_host():
     # Tiny tensors: the hops cost more than the accelerator saves.
     plan = make_plan(graph([("a", "b"), ("b", "c"), ("c", "d")], op_types={"c": "TopK"}),
-                     PartitionOptions("vulkan-spirv", min_compute=1))
+                     vulkan_options(min_compute=1))
     assert [r.device for r in plan.regions] == ["host"] and len(plan.regions) == 1
     assert plan.gate is not None and not plan.gate.accepted
     assert plan.gate.partitioned_us > plan.gate.all_host_us
@@ -148,14 +150,14 @@ def test_gate_rejects_a_partition_that_costs_more_than_all_host():
 
 
 def test_gate_accepts_a_partition_that_pays_off():
-    plan = make_plan(two_island_graph(), PartitionOptions("vulkan-spirv", 2))
+    plan = make_plan(two_island_graph(), vulkan_options(min_compute=2))
     assert plan.gate is not None and plan.gate.accepted
     assert plan.gate.partitioned_us < plan.gate.all_host_us
     assert any(r.device == "accel" for r in plan.regions)
 
 
 def test_gate_decision_survives_the_plan_file(tmp_path):
-    plan = make_plan(two_island_graph(), PartitionOptions("vulkan-spirv", 2))
+    plan = make_plan(two_island_graph(), vulkan_options(min_compute=2))
     plan.save(tmp_path / "p.json")
     assert Plan.load(tmp_path / "p.json") == plan
 
@@ -164,7 +166,7 @@ def test_gate_decision_survives_the_plan_file(tmp_path):
 @given(labelled_dags(), st.sampled_from(["greedy", "depth"]), st.sampled_from(MODES), st.integers(1, 3))
 def test_every_policy_and_selection_mode_yields_a_valid_plan(case, policy, mode, k):
     view, host = case
-    plan = make_plan(view, PartitionOptions("vulkan-spirv", min_compute=1, policy=policy, select=mode,
+    plan = make_plan(view, vulkan_options(min_compute=1, policy=policy, select=mode,
                                             threshold=k, overrides=Overrides(host_nodes=tuple(sorted(host)))))
     validate(plan, view)   # partition of the node set, acyclic, schedule topological
 
@@ -205,7 +207,7 @@ def _branches(n: int) -> GraphView:
 
 
 def test_a_region_whose_tail_waits_for_a_heavy_branch_on_the_other_device_is_split():
-    options = PartitionOptions("vulkan-spirv", min_compute=1, gate=False, overrides=Overrides(host_nodes=("b",)))
+    options = vulkan_options(min_compute=1, gate=GateMode.OFF, overrides=Overrides(host_nodes=("b",)))
     view = _branches(512)
     plan = make_plan(view, options)
     assert {r.nodes: r.device for r in plan.regions} == {("a",): "accel", ("b",): "host", ("j", "sm"): "accel"}

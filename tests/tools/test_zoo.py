@@ -9,6 +9,7 @@ import pytest
 import aot
 from aot.checks import golden as check, reference
 from aot.options import BuildOptions
+from aot.partition.plan import GateMode
 from aot.partition.support import Overrides
 from aot.runtime.target import Target
 from aot.tools import samples, zoo
@@ -36,10 +37,10 @@ TOLERANCE = {
 # split itself is tested. MiniLM's and PP-OCR's SPIR-V compiles took IREE 3.13 minutes per int8
 # matmul until the Vulkan target hoisted dequantization out of the dispatches (Target.compile_flags);
 # they now compile in seconds.
-LAVAPIPE = {"mtcnn-pnet": {}, "mtcnn-rnet": {}, "mtcnn-onet": {}, "silero-vad": {"gate": False},
+LAVAPIPE = {"mtcnn-pnet": {}, "mtcnn-rnet": {}, "mtcnn-onet": {}, "silero-vad": {"gate": GateMode.OFF},
             "minilm": {}, "ppocr-det": {}, "ppocr-rec": {}}
 # The attention-mask ops forced to the host split every MiniLM layer: 14 regions over two devices.
-MINILM_SPLIT = {"gate": False, "overrides": Overrides(host_ops=frozenset({"IsNaN", "Where"}))}
+MINILM_SPLIT = {"gate": GateMode.OFF, "overrides": Overrides(host_ops=frozenset({"IsNaN", "Where"}))}
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import numpy as np
 
 from aot.errors import CompileError
 from aot.lower.compile import CompiledRegion
+from aot.options import BuildOptions
 from aot.runtime.manifest import Manifest
 from aot.runtime.target import Target
 from aot.tune import search
@@ -49,7 +50,7 @@ def test_a_crashing_candidate_is_rejected_and_the_others_are_measured_again(monk
     outcomes = [_compiled(s.name) for s in sets]
     tuning = search._measure(Path("/nowhere"), manifest, manifest.regions[0], sets, outcomes,
                              {"x": np.zeros((1, 2), np.float32), "y": np.zeros((1, 2), np.float32)},
-                             search.TuneSettings(repeats=3))
+                             BuildOptions(tune_repeats=3).tune_settings())
     assert calls == [["default", "fast", "crash", "late"], ["default", "fast", "late"]]
     by = {c.name: c for c in tuning.candidates}
     assert "crashed" in by["crash"].rejected and "Segmentation fault" in by["crash"].rejected
@@ -67,7 +68,7 @@ def test_a_compile_failure_rejects_without_running_and_no_correct_candidate_keep
     manifest = _host_manifest()
     tuning = search._measure(Path("/nowhere"), manifest, manifest.regions[0], sets, [_compiled("default"), bad],
                              {"x": np.zeros((1, 2), np.float32), "y": np.zeros((1, 2), np.float32)},
-                             search.TuneSettings(repeats=3))
+                             BuildOptions(tune_repeats=3).tune_settings())
     assert calls == [["default"]]  # the broken one never reached the probe
     by = {c.name: c for c in tuning.candidates}
     assert by["broken"].rejected.startswith("compile failed (exit 1)")
