@@ -26,9 +26,10 @@ model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 test: setup
 	$(PY) -m pytest
 
-# Everything that does not compile with IREE or run on a device: seconds, for the edit loop.
+# Everything that does not compile with IREE, run on a device, download a model or take long:
+# under a minute, for the edit loop (tests/conftest.py keeps the marks honest).
 test-fast: setup
-	$(PY) -m pytest -m "not device"
+	$(PY) -m pytest -m "not device and not network and not slow"
 
 # `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
 # `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.

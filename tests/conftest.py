@@ -79,6 +79,43 @@ def small_record() -> BuildRecord:
         machine=Machine("Linux", "cpu", 2), verification=Verification((RegionCheck("r0", True, 1e-6, None),), ()))
 
 
+# What the marks promise (pyproject's markers): `make test-fast` deselects device, network and
+# slow tests, so a test that needs one of them and is not marked would make the fast suite slow or
+# need the package index. The guards below make the marks honest instead of a convention.
+SLOW_S = 20.0   # a test not marked slow (or device) that takes longer fails and says so
+
+
+def _refuse(what: str, mark: str):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"this test {what} but is not marked `{mark}`: add @pytest.mark.{mark}")
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _marks_say_what_a_test_needs(request, monkeypatch):
+    from aot.lower import compile as compile_, executor, footprint
+    from aot.tools import replay
+    from aot.tools import zoo
+
+    marks = {m.name for m in request.node.iter_markers()}
+    if "network" not in marks:   # a cached model counts too: a fresh machine downloads it
+        monkeypatch.setattr(zoo, "fetch", _refuse("fetches a zoo model from the package index", "network"))
+    if "device" not in marks:
+        for module in (executor, compile_, footprint, replay):
+            monkeypatch.setattr(module, "iree_compile_path", _refuse("compiles with IREE", "device"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    marks = {m.name for m in item.iter_markers()}
+    if call.when == "call" and report.passed and call.duration > SLOW_S and not marks & {"slow", "device"}:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {call.duration:.0f}s (over {SLOW_S:.0f}s) and is not marked "
+                           "slow: `make test-fast` would wait for it; add @pytest.mark.slow")
+
+
 @pytest.fixture(scope="session")
 def example_model(tmp_path_factory) -> Path:
     return examples.write(tmp_path_factory.mktemp("example") / "tiny_cnn.onnx")

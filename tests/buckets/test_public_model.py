@@ -13,7 +13,7 @@ from aot.checks import reference
 from aot.options import BuildOptions
 from aot.tools import zoo
 
-pytestmark = pytest.mark.device
+pytestmark = [pytest.mark.device, pytest.mark.network]
 
 
 @pytest.fixture(scope="module")

@@ -183,6 +183,7 @@ def test_the_example_builds_and_matches_onnxruntime_on_an_installed_iree_runtime
 
 
 @pytest.mark.device
+@pytest.mark.network
 def test_a_zoo_model_through_the_c_stub_matches_onnxruntime_and_refuses_a_bad_id(tmp_path):
     """MiniLM: its token ids are checked at the C boundary as in Python."""
     _iree_runtime()

