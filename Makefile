@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast bench conformance fuzz clean
+.PHONY: setup model test test-fast test-all bench conformance fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -30,6 +30,11 @@ test: setup
 # under a minute, for the edit loop (tests/conftest.py keeps the marks honest).
 test-fast: setup
 	$(PY) -m pytest -m "not device and not network and not slow"
+
+# The exhaustive sweeps whose seeded subsets `make test` runs, after it (2-core machine; the sweep
+# times are the subsets' scaled up): fuzz 1,000 mutants (~5 min; make test runs 100, 30 s) and
+# every ONNX node test case on llvm-cpu and Vulkan (~25 min; make test runs 135 cases, 50 s).
+test-all: test fuzz conformance
 
 # `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
 # `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.

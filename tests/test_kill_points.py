@@ -65,6 +65,7 @@ def _visible(out):
     return sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
 
 
+@pytest.mark.slow   # twenty builds, each killed at a different point (~35 s)
 def test_sigkill_at_twenty_points_keeps_the_previous_bundle(example_model, tmp_path):
     out = tmp_path / "out"
     first = subprocess.run([sys.executable, "-m", "aot.cli", "build", str(example_model), "-o", str(out), *BUILD],

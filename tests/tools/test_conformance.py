@@ -19,6 +19,7 @@ SUBSET = (r"^test_(abs|add|relu|sigmoid|tanh|matmul|gemm|conv|softmax|transpose|
 EXPECTED_PASS = 133  # of 135 cases; the full llvm-cpu run agrees (test below)
 
 
+@pytest.mark.slow   # 135 cases, ~50 s; `make conformance` runs all 1,884 on both targets
 def test_pinned_subset_pass_count():
     results = conformance.run("llvm-cpu", SUBSET, workers=2)
     c = results["counts"]

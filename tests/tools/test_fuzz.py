@@ -32,6 +32,7 @@ def test_every_mutation_changes_the_model(name):
 
 
 @pytest.mark.device  # 100 builds with IREE in child processes, a fifth of them on lavapipe
+@pytest.mark.slow    # ~30 s; `make fuzz` runs 1,000
 def test_a_seeded_run_of_100_mutants_has_no_crash_and_no_untyped_error(tmp_path):
     summary = fuzz.run(100, seed=2026, out=tmp_path)
     print("\n" + fuzz.text(summary))

@@ -18,6 +18,12 @@ from conftest import ATOL, RTOL, golden
 pytestmark = [pytest.mark.device, pytest.mark.network]  # zoo models, compiled with IREE, run on the devices
 
 CORPUS = [m.name for m in zoo.MODELS]
+SLOW_MODELS = {"ppocr-det", "ppocr-rec"}   # their builds take over 20 s on two cores
+
+
+def by_model(names) -> list:
+    """``names`` as parameters, the slow models marked so."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_MODELS else n for n in names]
 
 # (rtol, atol) where a model needs more than fp32's 1e-4 / 1e-5, and why.
 TOLERANCE = {
@@ -111,14 +117,14 @@ def targets(result) -> list[str]:
     return [r.target.backend for r in result.bundle.manifest.regions]
 
 
-@pytest.mark.parametrize("name", CORPUS)
+@pytest.mark.parametrize("name", by_model(CORPUS))
 def test_host_bundle_matches_onnxruntime(name, corpus_bundle):
     result = corpus_bundle(name, "none")
     assert set(targets(result)) == {"llvm-cpu"}
     golden_model(name, result)
 
 
-@pytest.mark.parametrize("name", sorted(LAVAPIPE))
+@pytest.mark.parametrize("name", by_model(sorted(LAVAPIPE)))
 def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle):
     result = corpus_bundle(name, "vulkan", **LAVAPIPE[name])
     assert "vulkan-spirv" in targets(result)
