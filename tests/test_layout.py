@@ -104,6 +104,27 @@ def test_the_runtime_imports_only_numpy_iree_runtime_and_itself():
     assert _within("onnx", RUNTIME_MAY_IMPORT) is False and _within("iree.compiler", RUNTIME_MAY_IMPORT) is False
 
 
+
+# Compiler knowledge has one owner: a flag spelled anywhere else drifts from the rules that pick it
+# (and compile caches are keyed on the flags).
+FLAG_OWNER = PACKAGE / "lower" / "flags.py"
+COMPILER_FLAG = ("--iree-", "--compile-to")
+
+
+def _flag_literals(path: Path) -> list[str]:
+    """String constants that spell an iree-compile flag, the literal parts of f-strings included."""
+    return [n.value for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(COMPILER_FLAG)]
+
+
+def test_only_lower_flags_spells_an_iree_compile_flag():
+    spelled = {str(p.relative_to(ROOT)): found for p in PACKAGE.rglob("*.py")
+               if p != FLAG_OWNER and (found := _flag_literals(p))}
+    assert not spelled, spelled
+    # The check sees the owner's spellings, f-string parts ("--iree-cuda-target=") and phases included.
+    owned = _flag_literals(FLAG_OWNER)
+    assert "--iree-cuda-target=" in owned and "--compile-to=vm" in owned and len(owned) > 20
+
 # The product's brief names these top-level entries.
 BRIEF_TOP_LEVEL = ("pyproject.toml", "Makefile", "README.md", "aot", "templates", "tests", "artifacts")
 

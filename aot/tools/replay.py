@@ -28,20 +28,18 @@ import numpy as np
 
 from aot.checks.reference import random_inputs
 from aot.errors import AotError
+from aot.lower import flags
 from aot.lower.compile import COMPILE_TIMEOUT_S, CompileJob, compile_many
 from aot.lower.executor import iree_compile_path
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.runtime.session import Session
-from aot.runtime.target import RECORD_EVERY_CALL_FLAGS
-
-BDA_FLAGS = ("--iree-vulkan-dispatch-abi=bda",)
 
 
 def variants(backend: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The modes compared on ``backend``: (name, flags added to the region's own)."""
-    record = (("replay", ()), ("record", RECORD_EVERY_CALL_FLAGS))
-    return (*record, ("bda", BDA_FLAGS)) if backend == "vulkan-spirv" else record
+    record = (("replay", ()), ("record", flags.RECORD_EVERY_CALL_FLAGS))
+    return (*record, ("bda", flags.BDA_FLAGS)) if backend == "vulkan-spirv" else record
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +134,7 @@ def _variant(out: Path, bundle: Path, built: Path, accel: list[RegionEntry], mod
     shutil.rmtree(variant, ignore_errors=True)
     shutil.copytree(bundle, variant)
     jobs = [CompileJob(r.name, built / f"{r.name}.mlir", r.target,
-                       opt=(*(r.flags or r.target.default_opt_flags), *extra), label=mode)
+                       opt=(*(r.flags or flags.default_opt_flags(r.target)), *extra), label=mode)
             for r in accel]
     cache = out / "build" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -174,12 +172,12 @@ def _time_region(session: Session, region: RegionEntry, args: list[np.ndarray],
 def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -> Counter:
     """The HAL calls in the region function's VM code (``FN$async``): what runs on every call.
     Recording shows up as ``command_buffer.dispatch``; replay as one ``device.queue.execute.indirect``."""
-    opt = (*(region.flags or region.target.default_opt_flags), *extra)
-    argv = [iree_compile_path(), str(mlir), *region.target.flags_for(mlir.read_bytes(), opt),
-            "--compile-to=vm", "-o", "-"]
+    opt = (*(region.flags or flags.default_opt_flags(region.target)), *extra)
+    argv = [iree_compile_path(), str(mlir), *flags.flags_for(region.target, mlir.read_bytes(), opt),
+            flags.COMPILE_TO_VM, "-o", "-"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     if proc.returncode != 0:
-        raise AotError(f"iree-compile --compile-to=vm failed for region {region.name!r}: "
+        raise AotError(f"iree-compile {flags.COMPILE_TO_VM} failed for region {region.name!r}: "
                        f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}",
                        hint=" ".join(argv))
     body = re.search(rf"vm\.func private @{re.escape(region.function)}\$async\(.*?\n    }}\n", proc.stdout, re.S)
