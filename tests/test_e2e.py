@@ -326,7 +326,7 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
     host like regions that run wrong, and the record says why."""
     from aot.checks import verify
 
-    real_session, loads = runtime.Session, []
+    real_session, loads = verify.CheckSession, []
 
     def session_failing_first(bundle, manifest, **kwargs):
         loads.append(bundle)
@@ -335,7 +335,7 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
                               "DATA_LOSS")
         return real_session(bundle, manifest, **kwargs)
 
-    monkeypatch.setattr(verify.runtime, "Session", session_failing_first)
+    monkeypatch.setattr(verify, "CheckSession", session_failing_first)
     result = build(example_model, tmp_path / "lost", BuildOptions(accel=VULKAN))
     moved = result.bundle.record.verification.moved_to_host
     assert [(c.region, c.max_abs_diff) for c in moved] == [("r0", None)]

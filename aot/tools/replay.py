@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 
 from aot.checks.reference import random_inputs
+from aot.checks.session import CheckSession
 from aot.errors import AotError
 from aot.lower import flags
 from aot.lower.compile import COMPILE_TIMEOUT_S, CompileJob, compile_many
 from aot.lower.executor import iree_compile_path
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import Manifest, RegionEntry
-from aot.runtime.session import Session
 
 
 def variants(backend: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -108,7 +108,7 @@ def bench(out: Path, trials: int = 5, calls: int = 30, seed: int = 0) -> ReplayB
     for _ in range(trials):
         for mode, _flags in modes:
             start = time.perf_counter()
-            with Session(where[mode], manifest) as session:
+            with CheckSession(where[mode], manifest) as session:
                 load_ms = (time.perf_counter() - start) * 1e3
                 for r in accel:
                     first, steady, outputs = _time_region(session, r, args[r.name], calls)
@@ -129,7 +129,7 @@ def bench(out: Path, trials: int = 5, calls: int = 30, seed: int = 0) -> ReplayB
 def _variant(out: Path, bundle: Path, built: Path, accel: list[RegionEntry], mode: str,
              extra: tuple[str, ...]) -> Path:
     """A copy of the bundle whose accelerator modules were compiled with ``extra`` flags.
-    Session(dir, manifest) opens the copy without checking module hashes (as verification does)."""
+    CheckSession(dir, manifest) opens the copy without checking module hashes (as verification does)."""
     variant = out / "build" / f"replay-{mode}"
     shutil.rmtree(variant, ignore_errors=True)
     shutil.copytree(bundle, variant)
@@ -149,14 +149,14 @@ def _region_args(bundle: Path, manifest: Manifest, seed: int) -> dict[str, list[
     """Every region's real inputs, from one run of the schedule region by region."""
     values: dict[str, Any] = dict(random_inputs(manifest.inputs, seed=seed))
     args = {}
-    with Session(bundle, manifest) as session:
+    with CheckSession(bundle, manifest) as session:
         for r in map(manifest.region, manifest.schedule):
             args[r.name] = [values[v] for v in r.inputs]
             values.update(zip(r.outputs, session.run_region(r.name, args[r.name])))
     return args
 
 
-def _time_region(session: Session, region: RegionEntry, args: list[np.ndarray],
+def _time_region(session: CheckSession, region: RegionEntry, args: list[np.ndarray],
                  calls: int) -> tuple[float, float, tuple[np.ndarray, ...]]:
     start = time.perf_counter()
     outputs = session.run_region(region.name, args)
