@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot import runtime
 from aot.checks import reference
 from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
+from aot.lower import flags
 from aot.options import BuildOptions
 from aot.pipeline import build
 from aot.record import BuildRecord
@@ -149,8 +150,8 @@ def test_host_compile_failure_is_a_compile_error_and_keeps_the_old_bundle(exampl
     build(example_model, out, BuildOptions(accel=None))
     before = (out / "bundle" / "manifest.json").read_bytes()
     # Other flags are another cache key, so the bad flags really reach iree-compile.
-    monkeypatch.setattr(Target, "compile_flags",
-                        lambda self, keep_f64=False, opt=None: ("--iree-hal-target-device=no-such-device",))
+    monkeypatch.setattr(flags, "compile_flags",
+                        lambda target, keep_f64=False, opt=None: ("--iree-hal-target-device=no-such-device",))
     with pytest.raises(CompileError) as info:
         build(example_model, out, BuildOptions(accel=None))
     assert "iree-compile" in info.value.hint and "no-such-device" in " ".join(info.value.argv)
@@ -325,7 +326,7 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
     host like regions that run wrong, and the record says why."""
     from aot.checks import verify
 
-    real_session, loads = runtime.Session, []
+    real_session, loads = verify.CheckSession, []
 
     def session_failing_first(bundle, manifest, **kwargs):
         loads.append(bundle)
@@ -334,7 +335,7 @@ def test_verification_moves_regions_whose_device_load_fails_to_the_host(example_
                               "DATA_LOSS")
         return real_session(bundle, manifest, **kwargs)
 
-    monkeypatch.setattr(verify.runtime, "Session", session_failing_first)
+    monkeypatch.setattr(verify, "CheckSession", session_failing_first)
     result = build(example_model, tmp_path / "lost", BuildOptions(accel=VULKAN))
     moved = result.bundle.record.verification.moved_to_host
     assert [(c.region, c.max_abs_diff) for c in moved] == [("r0", None)]

@@ -104,6 +104,51 @@ def test_the_runtime_imports_only_numpy_iree_runtime_and_itself():
     assert _within("onnx", RUNTIME_MAY_IMPORT) is False and _within("iree.compiler", RUNTIME_MAY_IMPORT) is False
 
 
+
+
+# aot/runtime ships in every bundle: small modules, and none of the build's checking code in them.
+RUNTIME_MAX_LINES = 400
+
+
+def test_no_runtime_module_is_over_400_lines():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "runtime").glob("*.py")}
+    assert "session.py" in sizes
+    assert not {name: n for name, n in sizes.items() if n > RUNTIME_MAX_LINES}, sizes
+
+
+def test_the_runtime_carries_no_profiling_or_per_region_runs():
+    from aot import runtime
+    from aot.checks.session import CheckSession
+
+    shipped = [getattr(runtime, name) for name in runtime.__all__]
+    build_only = ("profile", "run_region")
+    assert not [(c.__name__, a) for c in shipped if isinstance(c, type) for a in build_only if hasattr(c, a)]
+    # ... and no module of the runtime defines them; the build's CheckSession has them.
+    defined = {n.name for p in (PACKAGE / "runtime").glob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert not defined & set(build_only)
+    assert all(hasattr(CheckSession, a) for a in build_only) and issubclass(CheckSession, runtime.Session)
+
+# Compiler knowledge has one owner: a flag spelled anywhere else drifts from the rules that pick it
+# (and compile caches are keyed on the flags).
+FLAG_OWNER = PACKAGE / "lower" / "flags.py"
+COMPILER_FLAG = ("--iree-", "--compile-to")
+
+
+def _flag_literals(path: Path) -> list[str]:
+    """String constants that spell an iree-compile flag, the literal parts of f-strings included."""
+    return [n.value for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(COMPILER_FLAG)]
+
+
+def test_only_lower_flags_spells_an_iree_compile_flag():
+    spelled = {str(p.relative_to(ROOT)): found for p in PACKAGE.rglob("*.py")
+               if p != FLAG_OWNER and (found := _flag_literals(p))}
+    assert not spelled, spelled
+    # The check sees the owner's spellings, f-string parts ("--iree-cuda-target=") and phases included.
+    owned = _flag_literals(FLAG_OWNER)
+    assert "--iree-cuda-target=" in owned and "--compile-to=vm" in owned and len(owned) > 20
+
 # The product's brief names these top-level entries.
 BRIEF_TOP_LEVEL = ("pyproject.toml", "Makefile", "README.md", "aot", "templates", "tests", "artifacts")
 

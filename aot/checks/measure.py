@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aot import runtime
 from aot.checks.reference import random_inputs
+from aot.checks.session import CheckSession
 from aot.runtime.manifest import Manifest
 from aot.runtime.atomic import write_json
 
@@ -17,7 +17,7 @@ def profile(bundle: Path, manifest: Manifest, cache: Path, repeats: int = 20) ->
     times are also recorded in ``cache`` by module hash and driver."""
     store = cache / "measurements.json"
     known: dict[str, float] = json.loads(store.read_text()) if store.exists() else {}
-    with runtime.Session(bundle, manifest) as session:
+    with CheckSession(bundle, manifest) as session:
         total, per_region = session.profile(random_inputs(manifest.inputs, seed=0), repeats)
     for r in manifest.regions:
         known[f"{r.sha256}:{r.target.driver}"] = per_region[r.name]

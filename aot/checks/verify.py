@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from aot import runtime
 from aot.checks import reference
 from aot.checks.compare import VERIFY_RTOL, within
+from aot.checks.session import CheckSession
 from aot.errors import DeviceError
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
@@ -55,7 +55,7 @@ def verify_regions(bundle: Path, manifest: Manifest, reference: dict[str, np.nda
     if not accel:  # nothing to check (e.g. every region was just moved to the host)
         return ()
     try:
-        session = runtime.Session(bundle, manifest, check_device=False)
+        session = CheckSession(bundle, manifest, check_device=False)
     except DeviceError as e:
         # Its initializers never ran through: no region of the bundle can be trusted on the device.
         return tuple(RegionCheck(r.name, False, None, _describe(e)) for r in accel)

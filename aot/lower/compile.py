@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from aot.errors import AotError, CompileError
-from aot.lower import footprint
+from aot.lower import flags, footprint
 from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
                                 iree_compile_path)
 from aot.runtime.atomic import write_atomic
@@ -17,9 +17,6 @@ from aot.runtime.manifest import file_sha256
 from aot.runtime.target import Target
 
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
-# Every compile also prints IREE's static scheduling statistics (CSV, on stderr): the bundle's
-# memory record reads each module's transient bytes from them (lower/footprint.py).
-STATS_FLAGS = (footprint.STATS_FORMAT, "--iree-scheduling-dump-statistics-file=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +24,12 @@ class CompileJob:
     region: str
     mlir: Path
     target: Target
-    opt: tuple[str, ...] | None = None   # optimisation flags (None: the target's defaults)
+    opt: tuple[str, ...] | None = None   # optimisation flags (None: flags.default_opt_flags)
     label: str = ""                      # e.g. the tuning candidate, for messages
 
     @property
     def opt_flags(self) -> tuple[str, ...]:
-        return self.target.default_opt_flags if self.opt is None else self.opt
+        return flags.default_opt_flags(self.target) if self.opt is None else self.opt
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +47,7 @@ class CompiledRegion:
 def compile_argv(tool: str, mlir: Path, out: Path, target: Target, keep_f64: bool = False,
                  opt: tuple[str, ...] | None = None) -> list[str]:
     """The exact command line for one region (pure: easy to test and to print as a repro)."""
-    return [tool, str(mlir), *target.compile_flags(keep_f64, opt), "-o", str(out)]
+    return [tool, str(mlir), *flags.compile_flags(target, keep_f64, opt), "-o", str(out)]
 
 
 def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, executor: Executor | None = None,
@@ -64,7 +61,7 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
     after that raises CompileError (there is nothing left to fall back to)."""
     results = compile_many(jobs, cache, accel_timeout=accel_timeout, executor=executor)
     plain = {i: replace(j, opt=()) for i, (j, r) in enumerate(zip(jobs, results))
-             if isinstance(r, CompileError) and j.opt is None and j.target.default_opt_flags}
+             if isinstance(r, CompileError) and j.opt is None and flags.default_opt_flags(j.target)}
     if plain:
         for i, r in zip(plain, compile_many(list(plain.values()), cache, accel_timeout=accel_timeout,
                                             executor=executor)):
@@ -94,8 +91,10 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
     pending: list[tuple[int, CompileJob, CompileTask, Path]] = []
     for i, job in enumerate(jobs):
         text = job.mlir.read_bytes()
-        flags = (*job.target.flags_for(text, job.opt), *STATS_FLAGS)
-        key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(flags).encode(),
+        # Every compile also prints IREE's static scheduling statistics (on stderr): the bundle's
+        # memory record reads each module's transient bytes from them (lower/footprint.py).
+        job_flags = (*flags.flags_for(job.target, text, job.opt), *flags.STATS_FLAGS)
+        key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(job_flags).encode(),
                                          version.encode()])).hexdigest()[:32]
         out = cache / f"{key}.vmfb"
         if out.exists():
@@ -103,7 +102,7 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
             continue
         results.append(None)
         timeout = COMPILE_TIMEOUT_S if job.target.is_host else accel_timeout
-        pending.append((i, job, CompileTask(f"{job.region}{job.label and ' ' + job.label}", text, flags, timeout), out))
+        pending.append((i, job, CompileTask(f"{job.region}{job.label and ' ' + job.label}", text, job_flags, timeout), out))
     if pending:
         executor = executor or LocalPool()
         for (i, job, task, out), outcome in zip(pending, executor.run([p[2] for p in pending])):
@@ -118,7 +117,7 @@ def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Pat
                        hint=f"install iree-base-compiler=={version} on every cluster worker")
     if outcome.vmfb is None:
         # The repro names this machine's files, not the worker's temporary ones.
-        argv = compile_argv(iree_compile_path(), job.mlir, out, job.target, b",f64>" in task.mlir, job.opt)
+        argv = compile_argv(iree_compile_path(), job.mlir, out, job.target, flags.keeps_f64(task.mlir), job.opt)
         return CompileError(task.label, argv, outcome.returncode, outcome.log)
     # Write to a private name and rename: a reader never sees half a module, and concurrent
     # builds sharing the cache write identical bytes.

@@ -4,7 +4,7 @@
 - transients: iree-compile's own static estimate for each module (its scheduling statistics: the
   bytes its submissions allocate, which include load-time hoisted constants such as dequantized
   weights), summed over the device's regions.
-Every compile prints those statistics (compile.STATS_FLAGS) and the compile cache keeps each
+Every compile prints those statistics (flags.STATS_FLAGS) and the compile cache keeps each
 module's figure by the module's sha256, so this reads them; a module compiled without them
 (a cache from an older aot) gets a statistics-only compile that stops after the stream phase."""
 
@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from aot.errors import CompileError
+from aot.lower import flags
 from aot.lower.executor import iree_compile_path
 from aot.runtime.atomic import write_atomic
 from aot.runtime.manifest import Manifest, RegionEntry
@@ -24,7 +25,6 @@ from aot.runtime.memory import DeviceMemory
 
 _PARAMETER = re.compile(rb'parameter\.named<"[^"]*"::"((?:[^"\\]|\\.)*)">')
 STATS_TIMEOUT_S = 300
-STATS_FORMAT = "--iree-scheduling-dump-statistics-format=csv"
 
 
 def device_memory(manifest: Manifest, sources: Path, weights: Path | None, cache: Path) -> tuple[DeviceMemory, ...]:
@@ -73,10 +73,9 @@ def _cached(cache: Path, sha256: str) -> Path:
 def _transient_bytes(region: RegionEntry, text: bytes, cache: Path) -> int:
     if _cached(cache, region.sha256).exists():
         return int(_cached(cache, region.sha256).read_text())
-    flags = region.target.flags_for(text, region.flags or None)
-    # The compile's own statistics flags, printing to stdout instead of stderr.
-    argv = [iree_compile_path(), "-", *flags, "--compile-to=stream", STATS_FORMAT,
-            "--iree-scheduling-dump-statistics-file=-", "-o", "/dev/null"]
+    # The compile's own flags and statistics, printed to stdout instead of stderr.
+    argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags or None),
+            flags.COMPILE_TO_STREAM, *flags.STATS_TO_STDOUT, "-o", "/dev/null"]
     proc = subprocess.run(argv, input=text, capture_output=True, timeout=STATS_TIMEOUT_S)
     if proc.returncode != 0:
         raise CompileError(f"{region.name} (memory statistics)", argv, proc.returncode, proc.stderr.decode(errors="replace"))

@@ -10,6 +10,7 @@ from .batching import Batcher
 from .bucketed import BucketedSession
 from .registry import Registry
 from .loading import load
-from .session import LOAD_ATTEMPTS, Devices, Session, check_inputs
+from .devices import Devices
+from .session import LOAD_ATTEMPTS, Session, check_inputs
 
 __all__ = ["LOAD_ATTEMPTS", "Batcher", "BucketedSession", "Devices", "Registry", "Session", "check_inputs", "errors", "load"]

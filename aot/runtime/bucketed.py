@@ -19,16 +19,16 @@ from . import memory
 from . import shapes as sh
 from .errors import RuntimeInputError
 from .manifest import Manifest, TensorSig
-from .session import Devices, Session, check_inputs
+from .devices import Devices
+from .session import Session, check_inputs
 
 
 class BucketedSession:
     """``session(x)`` / ``session.run({...})`` with any size along the symbolic dimensions;
     ``run_batch`` for many requests at once. Calls are serialised (one device queue each)."""
 
-    def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
-                 devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None,
-                 overlap: bool = True) -> None:
+    def __init__(self, bundle: Path, manifest: Manifest, *, devices: Devices | None = None,
+                 memory_limits: Mapping[str, int] | None = None, overlap: bool = True) -> None:
         assert manifest.shapes is not None
         self.manifest = manifest
         self.shapes = manifest.shapes
@@ -45,11 +45,11 @@ class BucketedSession:
         self.fallback: Session | None = None   # the dynamic host module (``--fallback dynamic``)
         try:
             for b, m in zip(self.shapes.buckets, manifests):
-                self.sessions[b.sizes] = Session(bundle, m, check_device=check_device, devices=self._devices,
-                                                 check_memory=False, overlap=overlap)
+                self.sessions[b.sizes] = Session(bundle, m, devices=self._devices, check_memory=False,
+                                                 overlap=overlap)
             if self.shapes.fallback is not None:
                 self.fallback = Session(bundle, mf.read_fallback(bundle, self.shapes.fallback),
-                                        check_device=check_device, devices=self._devices, check_memory=False)
+                                        devices=self._devices, check_memory=False)
         except Exception:
             self.close()
             raise

@@ -9,12 +9,12 @@ from . import manifest as mf
 from . import memory
 from .bucketed import BucketedSession
 from .errors import BundleError
-from .session import Devices, Session
+from .devices import Devices
+from .session import Session
 
 
-def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_device: bool = True,
-         devices: "Devices | None" = None, device_memory: "str | Mapping[str, int] | None" = None,
-         overlap: bool = True) -> "Session | BucketedSession":
+def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, devices: "Devices | None" = None,
+         device_memory: "str | Mapping[str, int] | None" = None, overlap: bool = True) -> "Session | BucketedSession":
     """Open the bundle (its directory, or the build directory holding it as ``bundle/``): create
     each device once, load the weights and every module once per device. ``expect_sha256`` (from
     a generated stub) guards against a stub/bundle mismatch. ``devices``: share that instance and
@@ -31,7 +31,5 @@ def load(bundle_dir: str | Path, *, expect_sha256: str | None = None, check_devi
     limits = memory.configured_limits(device_memory) if isinstance(device_memory, str) or device_memory is None \
         else dict(device_memory)
     if manifest.shapes is not None:
-        return BucketedSession(bundle, manifest, check_device=check_device, devices=devices, memory_limits=limits,
-                               overlap=overlap)
-    return Session(bundle, manifest, check_device=check_device, devices=devices, memory_limits=limits,
-                   overlap=overlap)
+        return BucketedSession(bundle, manifest, devices=devices, memory_limits=limits, overlap=overlap)
+    return Session(bundle, manifest, devices=devices, memory_limits=limits, overlap=overlap)

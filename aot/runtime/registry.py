@@ -11,7 +11,8 @@ import numpy as np
 from .errors import BundleError
 from .bucketed import BucketedSession
 from .loading import load
-from .session import Devices, Session
+from .devices import Devices
+from .session import Session
 
 
 class Registry:

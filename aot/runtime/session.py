@@ -14,8 +14,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
+from . import devices as dv
 from . import manifest as mf
 from . import lanes, memory
+from .devices import Devices
 from .manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
@@ -23,42 +25,17 @@ LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Ses
 _LOST = ("VK_ERROR_DEVICE_LOST", "DATA_LOSS")   # how IREE reports a device that stopped answering
 
 
-class Devices:
-    """One VM instance and one device per driver, opened on first use and shared by every session
-    created with it: a process serving several models opens each device once."""
-
-    def __init__(self) -> None:
-        import iree.runtime as rt
-
-        self.instance = rt.VmInstance()
-        self._devices: dict[str, Any] = {}
-        self.opened: list[str] = []   # drivers, in the order their device was opened
-
-    def device(self, rt: Any, driver: str, regions: list[RegionEntry], check: bool, manifest: Manifest) -> Any:
-        if driver not in self._devices:
-            self._devices[driver] = _open_device(rt, driver, regions, check=False, manifest=manifest)
-            self.opened.append(driver)
-        if check:
-            _check_device(rt, driver, regions, manifest)
-        return self._devices[driver]
-
-    def close(self) -> None:
-        """Drop the devices; close every session using them first."""
-        self._devices.clear()
-
-
 class Session:
     """A loaded bundle; call it with numpy inputs, get numpy outputs in manifest order.
 
     ``Session(dir, manifest)`` opens files the manifest names inside ``dir``: the build verifies
-    and measures staged candidates this way before it publishes one. ``check_device=False`` skips
-    the compiled-for vs opened device check (verification only: it wants to see what a mismatched
-    module really computes). ``overlap=False`` runs the schedule in order even where the manifest
-    says regions on different devices may run at the same time (runtime/lanes.py)."""
+    and measures staged candidates this way (through checks.session.CheckSession) before it
+    publishes one. ``overlap=False`` runs the schedule in order even where the manifest says
+    regions on different devices may run at the same time (runtime/lanes.py)."""
 
-    def __init__(self, bundle: Path, manifest: Manifest, *, check_device: bool = True,
-                 devices: Devices | None = None, memory_limits: Mapping[str, int] | None = None,
-                 check_memory: bool = True, overlap: bool = True) -> None:
+    def __init__(self, bundle: Path, manifest: Manifest, *, devices: Devices | None = None,
+                 memory_limits: Mapping[str, int] | None = None, check_memory: bool = True,
+                 overlap: bool = True) -> None:
         import iree.runtime as rt
 
         if check_memory and manifest.memory:
@@ -97,16 +74,16 @@ class Session:
         self.reopened = 0   # lavapipe devices lost during a run and opened again (see run)
         try:
             for driver in self._by_driver:
-                self._open(rt, driver, check_device)
+                self._open(rt, driver, check=True)
         except Exception:
             self.close()
             raise
         _LIVE.add(self)
 
-    def _open(self, rt: Any, driver: str, check_device: bool) -> None:
+    def _open(self, rt: Any, driver: str, check: bool) -> None:
         """Open ``driver``'s device, load its regions' modules and make their invokers."""
         regions = self._by_driver[driver]
-        device, ctx, loaded = self._load_driver(rt, self._bundle, driver, regions, self._params, check_device)
+        device, ctx, loaded = self._load_driver(rt, self._bundle, driver, regions, self._params, check)
         self._devices[driver], self._contexts[driver] = device, ctx
         self._modules_of[driver] = loaded
         self._modules += loaded
@@ -126,7 +103,7 @@ class Session:
         stale = {id(m) for m in self._modules_of.pop(driver)}
         self._modules = [m for m in self._modules if id(m) not in stale]
         del self._devices[driver]
-        self._open(rt, driver, check_device=False)
+        self._open(rt, driver, check=False)
         self.reopened += 1
 
     def _may_reopen(self, driver: str) -> bool:
@@ -136,7 +113,7 @@ class Session:
                 and all(r.target.arch == "llvmpipe" for r in self._by_driver[driver]))
 
     def _load_driver(self, rt: Any, bundle: Path, driver: str, regions: list[RegionEntry], params: Any,
-                     check_device: bool) -> tuple[Any, Any, list[Any]]:
+                     check: bool) -> tuple[Any, Any, list[Any]]:
         """Open ``driver``'s device and create its VM context, which runs the modules' initializers
         (weight uploads, hoisted constants). IREE 3.13 on lavapipe fails such an initializer now
         and then (PP-OCR's recognizer: about 1 load in 30, DATA_LOSS from hal.fence.await) and the
@@ -145,8 +122,10 @@ class Session:
         error = ""
         for _ in range(LOAD_ATTEMPTS):
             # A shared device is not replaced (other sessions hold it): its attempts reuse it.
-            device = (self._shared.device(rt, driver, regions, check_device, self.manifest) if self._shared
-                      else _open_device(rt, driver, regions, check=check_device, manifest=self.manifest))
+            device = (self._shared.device(rt, driver, regions, self.manifest) if self._shared
+                      else dv.open_device(rt, driver, regions, self.manifest))
+            if check:
+                self._check_device(rt, driver, regions)
             modules = [rt.create_hal_module(self._instance, device)]
             if params:
                 providers = [index.create_provider(scope=scope) for index, scope in params]
@@ -164,6 +143,12 @@ class Session:
         raise DeviceError(f"loading region(s) {', '.join(r.name for r in regions)} on {driver!r} failed "
                           f"{LOAD_ATTEMPTS} times while running their initializers: {error}",
                           hint="run `aot check` on the bundle; rebuild with --accel none to rule out the accelerator")
+
+    def _check_device(self, rt: Any, driver: str, regions: list[RegionEntry]) -> None:
+        """The device just opened can run ``regions`` (devices.check_device). A method, not a call
+        inlined above, for one reason: the build's verification (checks.session.CheckSession)
+        overrides it to see what a module compiled for another device really computes there."""
+        dv.check_device(rt, driver, regions, self.manifest)
 
     def __call__(self, *args: np.ndarray, **kwargs: np.ndarray) -> tuple[np.ndarray, ...]:
         if len(args) > len(self._inputs):
@@ -190,7 +175,7 @@ class Session:
         contiguous (IREE reads C order)."""
         if not self._invokers:
             raise BundleError("this session is closed")
-        checked = {name: _contiguous(arr) for name, arr in checked.items()}
+        checked = {name: contiguous(arr) for name, arr in checked.items()}
         check_index_inputs(self._checked_indices, checked)
         try:
             return self._run_schedule(checked)
@@ -256,46 +241,6 @@ class Session:
         for v, res in zip(region.outputs, results):
             values[v] = (driver, res)
 
-    def run_region(self, name: str, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-        """Run one region alone on its device (verification feeds it reference intermediates)."""
-        values: dict[str, tuple[str | None, Any]] = {v: (None, _contiguous(np.asarray(a)))
-                                                     for v, a in zip(self._regions[name].inputs, args)}
-        try:
-            self._run_region(name, values)
-            return tuple(self._to_numpy(values[v]) for v in self._regions[name].outputs)
-        finally:
-            values.clear()
-
-    def profile(self, inputs: Mapping[str, Any], repeats: int = 20) -> tuple[float, dict[str, float]]:
-        """Median wall time of a whole run and of each region on its own device (microseconds),
-        each region timed on the real intermediates of one run. Device work is synchronous in
-        FunctionInvoker calls, so wall time covers it."""
-        import statistics
-        import time
-
-        checked = check_inputs(self._inputs, inputs)
-        values: dict[str, tuple[str | None, Any]] = {k: (None, v) for k, v in checked.items()}
-        per_region: dict[str, float] = {}
-        try:
-            for name in self._schedule:
-                region = self._regions[name]
-                args = [self._move(values[v], self._driver_of[name]) for v in region.inputs]
-                samples = []
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    self._invokers[name](*args)
-                    samples.append((time.perf_counter() - start) * 1e6)
-                per_region[name] = statistics.median(samples)
-                self._run_region(name, values)
-        finally:
-            values.clear()
-        totals = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            self.run(checked)
-            totals.append((time.perf_counter() - start) * 1e6)
-        return statistics.median(totals), per_region
-
     @staticmethod
     def _move(value: tuple[str | None, Any], driver: str) -> Any:
         where, arr = value
@@ -304,7 +249,7 @@ class Session:
         # Across devices through host memory. Accelerator modules are compiled with mappable
         # external resources, so to_host() maps the result instead of tripping Vulkan's
         # 4096-byte host-pointer alignment rule.
-        return _contiguous(arr.to_host())
+        return contiguous(arr.to_host())
 
     @staticmethod
     def _to_numpy(value: tuple[str | None, Any], dtype: str | None = None) -> np.ndarray:
@@ -331,65 +276,6 @@ class Session:
         self.close()
 
 
-def _check_cpu(regions: list[RegionEntry], build_flags: tuple[str, ...]) -> None:
-    native = [r.name for r in regions if r.target.arch == "host"]
-    here = set(mf.cpu_flags())
-    missing = [f for f in build_flags if f not in here] if native and here else []
-    if missing:
-        raise DeviceError(f"region(s) {', '.join(native)} were compiled for the build machine's CPU, which has "
-                          f"{', '.join(missing)}; this CPU does not",
-                          hint="rebuild with --host-cpu x86-64-v3 (or this machine's CPU) to run here")
-
-
-def _open_device(rt: Any, driver: str, regions: list[RegionEntry], check: bool, manifest: Manifest) -> Any:
-    host_runtime = manifest.host_runtime
-    if host_runtime is not None and driver == host_runtime.driver and host_runtime.flags:
-        # Process-wide, and read when the process opens its first CPU device of this driver
-        # (IREE caches drivers): a bundle loaded after another one in the same process runs
-        # with the first one's worker topology.
-        rt.flags.parse_flags(*host_runtime.flags)
-    try:
-        device = rt.get_driver(driver).create_default_device()
-    except Exception as e:
-        raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
-                          f"{', '.join(r.name for r in regions)}: {e}",
-                          hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
-    if check:
-        _check_device(rt, driver, regions, manifest)
-    return device
-
-
-def _check_device(rt: Any, driver: str, regions: list[RegionEntry], manifest: Manifest) -> None:
-    """The device can run these regions: the CPU has the build's features, the Vulkan device is
-    the kind the SPIR-V was compiled for."""
-    if driver in mf.HOST_DRIVERS:
-        _check_cpu(regions, manifest.cpu_flags)
-    if driver == "vulkan":
-        name = _vulkan_device_name(rt)
-        for r in regions:
-            on_lavapipe = "llvmpipe" in name.lower()
-            if (r.target.arch == "llvmpipe") != on_lavapipe:
-                # A SPIR-V module built for another subgroup size returns silently wrong results.
-                raise DeviceError(f"region {r.name!r} was compiled for Vulkan target {r.target.arch!r} but the "
-                                  f"Vulkan device here is {name!r}",
-                                  hint="rebuild with --vulkan-target matching this device "
-                                       "(llvmpipe for Mesa lavapipe)")
-
-
-def _vulkan_device_name(rt: Any) -> str:
-    try:
-        infos = rt.get_driver("vulkan").query_available_devices()
-        return str(infos[0]["name"]) if infos else ""
-    except Exception:
-        return ""
-
-
-_DEVICE_HINTS = {
-    "vulkan": "install a Vulkan driver (apt-get install mesa-vulkan-drivers libvulkan1) or rebuild with --accel none",
-    "cuda": "run on a machine with an NVIDIA GPU and driver, or rebuild with --accel none",
-}
-
-
 def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Check names, dtypes and shapes; IREE does not bounds-check, so this is the only guard."""
     expected = [s.name for s in specs]
@@ -414,7 +300,7 @@ def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dic
         if arr.shape != want_shape:
             raise RuntimeInputError(f"input {name!r}: expected shape {list(want_shape)}, got {list(arr.shape)}",
                                     hint="rebuild with --input-shape to compile another shape")
-        out[name] = _contiguous(arr)
+        out[name] = contiguous(arr)
     return out
 
 
@@ -436,7 +322,8 @@ def check_index_inputs(ops: tuple[mf.IndexOp, ...], inputs: Mapping[str, np.ndar
                 hint="onnxruntime rejects it too (indices out of data bounds); pass ids the model knows")
 
 
-def _contiguous(arr: np.ndarray) -> np.ndarray:
+def contiguous(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as IREE reads it: C order, aligned."""
     # Not np.ascontiguousarray: it turns a 0-d array into shape (1,), which IREE rejects. Aligned:
     # a view at an odd byte offset (np.frombuffer(buf, offset=1)) is copied, not handed to IREE.
     return np.require(arr, requirements=["C", "A"])

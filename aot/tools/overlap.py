@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot import runtime
 from aot.checks import reference
+from aot.checks.session import CheckSession
 from aot.errors import AotError
 from aot.partition.plan import Plan, Region
 from aot.partition.support import ACCEL, HOST
@@ -117,7 +118,8 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
     from aot.runtime import manifest as mf
     from aot.tools.bench import interleaved
 
-    m = mf.read(mf.bundle_dir(bundle))   # refuse before loading anything
+    where = mf.bundle_dir(bundle)
+    m = mf.read(where)   # refuse before loading anything
     if m.shapes is not None:
         raise AotError(f"{str(bundle)!r} is a bucketed bundle; aot bench-overlap times a static one",
                        hint="build with --input-shape to fix the symbolic dimensions")
@@ -125,7 +127,7 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
         raise AotError(f"bundle of {m.model.name!r} has no regions on different devices that may overlap "
                        f"(schedule {' -> '.join(m.schedule)})",
                        hint="run `aot bench-overlap` with no bundle for the two-branch example")
-    with runtime.load(bundle) as overlapped, runtime.load(bundle, overlap=False) as serial:
+    with runtime.load(bundle) as overlapped, CheckSession(where, m, overlap=False) as serial:
         inputs = reference.random_inputs(m.inputs, seed=0)
         diff = max(float(np.max(np.abs(a - b), initial=0.0))
                    for a, b in zip(overlapped.run(inputs), serial.run(inputs)))

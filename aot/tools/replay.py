@@ -27,21 +27,19 @@ from typing import Any
 import numpy as np
 
 from aot.checks.reference import random_inputs
+from aot.checks.session import CheckSession
 from aot.errors import AotError
+from aot.lower import flags
 from aot.lower.compile import COMPILE_TIMEOUT_S, CompileJob, compile_many
 from aot.lower.executor import iree_compile_path
 from aot.runtime import manifest as mf
 from aot.runtime.manifest import Manifest, RegionEntry
-from aot.runtime.session import Session
-from aot.runtime.target import RECORD_EVERY_CALL_FLAGS
-
-BDA_FLAGS = ("--iree-vulkan-dispatch-abi=bda",)
 
 
 def variants(backend: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The modes compared on ``backend``: (name, flags added to the region's own)."""
-    record = (("replay", ()), ("record", RECORD_EVERY_CALL_FLAGS))
-    return (*record, ("bda", BDA_FLAGS)) if backend == "vulkan-spirv" else record
+    record = (("replay", ()), ("record", flags.RECORD_EVERY_CALL_FLAGS))
+    return (*record, ("bda", flags.BDA_FLAGS)) if backend == "vulkan-spirv" else record
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +108,7 @@ def bench(out: Path, trials: int = 5, calls: int = 30, seed: int = 0) -> ReplayB
     for _ in range(trials):
         for mode, _flags in modes:
             start = time.perf_counter()
-            with Session(where[mode], manifest) as session:
+            with CheckSession(where[mode], manifest) as session:
                 load_ms = (time.perf_counter() - start) * 1e3
                 for r in accel:
                     first, steady, outputs = _time_region(session, r, args[r.name], calls)
@@ -131,12 +129,12 @@ def bench(out: Path, trials: int = 5, calls: int = 30, seed: int = 0) -> ReplayB
 def _variant(out: Path, bundle: Path, built: Path, accel: list[RegionEntry], mode: str,
              extra: tuple[str, ...]) -> Path:
     """A copy of the bundle whose accelerator modules were compiled with ``extra`` flags.
-    Session(dir, manifest) opens the copy without checking module hashes (as verification does)."""
+    CheckSession(dir, manifest) opens the copy without checking module hashes (as verification does)."""
     variant = out / "build" / f"replay-{mode}"
     shutil.rmtree(variant, ignore_errors=True)
     shutil.copytree(bundle, variant)
     jobs = [CompileJob(r.name, built / f"{r.name}.mlir", r.target,
-                       opt=(*(r.flags or r.target.default_opt_flags), *extra), label=mode)
+                       opt=(*(r.flags or flags.default_opt_flags(r.target)), *extra), label=mode)
             for r in accel]
     cache = out / "build" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -151,14 +149,14 @@ def _region_args(bundle: Path, manifest: Manifest, seed: int) -> dict[str, list[
     """Every region's real inputs, from one run of the schedule region by region."""
     values: dict[str, Any] = dict(random_inputs(manifest.inputs, seed=seed))
     args = {}
-    with Session(bundle, manifest) as session:
+    with CheckSession(bundle, manifest) as session:
         for r in map(manifest.region, manifest.schedule):
             args[r.name] = [values[v] for v in r.inputs]
             values.update(zip(r.outputs, session.run_region(r.name, args[r.name])))
     return args
 
 
-def _time_region(session: Session, region: RegionEntry, args: list[np.ndarray],
+def _time_region(session: CheckSession, region: RegionEntry, args: list[np.ndarray],
                  calls: int) -> tuple[float, float, tuple[np.ndarray, ...]]:
     start = time.perf_counter()
     outputs = session.run_region(region.name, args)
@@ -174,12 +172,12 @@ def _time_region(session: Session, region: RegionEntry, args: list[np.ndarray],
 def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -> Counter:
     """The HAL calls in the region function's VM code (``FN$async``): what runs on every call.
     Recording shows up as ``command_buffer.dispatch``; replay as one ``device.queue.execute.indirect``."""
-    opt = (*(region.flags or region.target.default_opt_flags), *extra)
-    argv = [iree_compile_path(), str(mlir), *region.target.flags_for(mlir.read_bytes(), opt),
-            "--compile-to=vm", "-o", "-"]
+    opt = (*(region.flags or flags.default_opt_flags(region.target)), *extra)
+    argv = [iree_compile_path(), str(mlir), *flags.flags_for(region.target, mlir.read_bytes(), opt),
+            flags.COMPILE_TO_VM, "-o", "-"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     if proc.returncode != 0:
-        raise AotError(f"iree-compile --compile-to=vm failed for region {region.name!r}: "
+        raise AotError(f"iree-compile {flags.COMPILE_TO_VM} failed for region {region.name!r}: "
                        f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}",
                        hint=" ".join(argv))
     body = re.search(rf"vm\.func private @{re.escape(region.function)}\$async\(.*?\n    }}\n", proc.stdout, re.S)

@@ -1,10 +1,10 @@
 """The flag sets the tuner tries for one region: pure, from the region's target and the op
 families its nodes hold (``frontend/source.py``: the same answer for an ONNX and a PyTorch region).
 
-Each set replaces the target's default optimisation flags (``Target.default_opt_flags``); the
-target's device flags always stay. Sets that only matter for some content (convolutions,
+Each set replaces the target's default optimisation flags (``lower.flags.default_opt_flags``);
+the target's device flags always stay. Sets that only matter for some content (convolutions,
 quantised matmuls) are offered only to regions that hold it, so a region compiles no candidate
-that could not differ from another."""
+that could not differ from another. The spellings are lower/flags.py's; this module only picks."""
 
 from __future__ import annotations
 
@@ -12,20 +12,10 @@ import os
 from dataclasses import dataclass
 
 from aot.frontend.source import OpFamily
+from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IGEMM, IM2COL, O2, O3,
+                             QDQ_INTEGER, QUANT_REASSOC, STACK_128K, UKERNELS, VECTOR_DISTRIBUTION,
+                             default_opt_flags, threads)
 from aot.runtime.target import Target
-
-O2, O3 = "--iree-opt-level=O2", "--iree-opt-level=O3"
-DATA_TILING = "--iree-opt-data-tiling=true"
-UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
-IM2COL = "--iree-global-opt-use-im2col-for-convs=true"
-# A bit-set option: one occurrence per op family (a comma list is refused).
-CONV_DATA_TILING = tuple(f"--iree-dispatch-creation-experimental-set-data-tiling-ops={f}"
-                         for f in ("matmul", "scaled_matmul", "convolution"))
-CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
-                 "iree-preprocessing-convert-conv-to-channels-last))", "--iree-global-opt-propagate-transposes=true")
-QUANT_REASSOC = "--iree-global-opt-enable-quantized-matmul-reassociation=true"
-QDQ_INTEGER = "--iree-global-opt-enable-qdq-to-integer-math=true"
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +29,15 @@ def candidates(target: Target, families: frozenset[OpFamily], cores: int | None 
     """The default first (every other set is measured against it), then the target's search space.
     ``default``: the flags the untuned region really got (None: the target's defaults; a region
     whose defaults failed to compile got none)."""
-    default = FlagSet("default", target.default_opt_flags if default is None else default)
+    default = FlagSet("default", default_opt_flags(target) if default is None else default)
     conv, quant = OpFamily.CONVOLUTION in families, OpFamily.QUANTIZED in families
     if target.backend == "llvm-cpu":
         found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)
     elif target.backend == "cuda":
         found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,)),
-                 FlagSet("vector-distribution", (O2, "--iree-codegen-llvmgpu-use-vector-distribution=true"))]
+                 FlagSet("vector-distribution", (O2, VECTOR_DISTRIBUTION))]
         if conv:
-            found.append(FlagSet("igemm", (O2, "--iree-codegen-llvmgpu-use-igemm=true")))
+            found.append(FlagSet("igemm", (O2, IGEMM)))
     else:  # vulkan-spirv: IREE's SPIR-V backend offers the global optimisation levels
         found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,))]
     return (default, *(f for f in found if f.flags != default.flags))
@@ -62,17 +52,16 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int) -> list[FlagSet]:
         FlagSet("data-tiling+ukernels", (DATA_TILING, UKERNELS, *base)),
         FlagSet("O3+data-tiling+ukernels", (O3, DATA_TILING, UKERNELS, *base)),
         # Codegen distributes work for this many threads (the build machine's cores).
-        FlagSet(f"O2+threads={cores}", (O2, f"--iree-llvmcpu-number-of-threads={cores}", *base)),
+        FlagSet(f"O2+threads={cores}", (O2, threads(cores), *base)),
         # O2 on MiniLM's attention needs 37 KiB of stack per dispatch, over IREE's 32 KiB limit;
         # IREE's worker threads have far more. A dispatch that overflowed would crash its probe.
-        FlagSet("O2+stack=128k", (O2, "--iree-llvmcpu-stack-allocation-limit=131072", *base)),
+        FlagSet("O2+stack=128k", (O2, STACK_128K, *base)),
     ]
     if conv:
         found += [
             FlagSet("direct-conv", ()),
             FlagSet("channels-last", (O2, *CHANNELS_LAST)),
-            FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING,
-                                        "--iree-llvmcpu-enable-ukernels=mmt4d,conv_nchwc")),
+            FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)),
         ]
     if quant:
         found += [

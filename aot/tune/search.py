@@ -19,6 +19,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from aot.checks.compare import VERIFY_RTOL
+from aot.lower import flags
 from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
 from aot.frontend.source import OpFamily
@@ -85,7 +86,7 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
 
 def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...], settings: TuneSettings) -> str:
     # The target's own flags too: a change there (say, hoisting limits) changes every candidate.
-    parts = [text, str(region.target), " ".join(region.target.compile_flags(opt=())), driver,
+    parts = [text, str(region.target), " ".join(flags.compile_flags(region.target, opt=())), driver,
              device_identity(driver), compiler_version(),
              json.dumps([[s.name, *s.flags] for s in sets]), f"{settings.repeats}/{settings.warmup}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]

@@ -1,4 +1,4 @@
-"""Targets are parsed once and own their iree-compile flags; compile_argv is a pure function."""
+"""Targets are parsed once; lower/flags.py gives each its iree-compile flags; compile_argv is pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from aot.errors import AotError
 from aot.lower.compile import compile_argv
 from aot.options import BuildOptions
-from aot.runtime.target import HOIST_LIMIT, REPLAY_FLAGS, Target
+from aot.lower.flags import HOIST_LIMIT, REPLAY_FLAGS, compile_flags, default_opt_flags
+from aot.runtime.target import Target
 
 
 @pytest.mark.parametrize("text, backend, arch, driver", [
@@ -43,38 +44,38 @@ def test_default_options_hold_parsed_targets():
 
 
 def test_llvm_cpu_flags():
-    flags = Target.host("x86-64-v3").compile_flags()
+    flags = compile_flags(Target.host("x86-64-v3"))
     assert flags == ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                      "--iree-llvmcpu-target-cpu=x86-64-v3",
                      f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}",
                      "--iree-global-opt-use-im2col-for-convs=true")
-    assert "--iree-input-demote-f64-to-f32=false" in Target.host().compile_flags(keep_f64=True)
+    assert "--iree-input-demote-f64-to-f32=false" in compile_flags(Target.host(), keep_f64=True)
 
 
 def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
-    flags = Target.parse("vulkan:ampere").compile_flags()
+    flags = compile_flags(Target.parse("vulkan:ampere"))
     assert "--iree-vulkan-target=ampere" in flags and "--iree-hal-external-resources-mappable" in flags
     assert f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}" in flags
     # Vulkan has no f64 to keep: the flag would only break the SPIR-V lowering.
-    assert "--iree-input-demote-f64-to-f32=false" not in Target.parse("vulkan").compile_flags(keep_f64=True)
+    assert "--iree-input-demote-f64-to-f32=false" not in compile_flags(Target.parse("vulkan"), keep_f64=True)
 
 
 def test_cuda_flags():
-    assert Target.parse("cuda:sm_80").compile_flags() == ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80",
-                                                          *REPLAY_FLAGS)
+    assert compile_flags(Target.parse("cuda:sm_80")) == ("--iree-hal-target-device=cuda",
+                                                         "--iree-cuda-target=sm_80", *REPLAY_FLAGS)
 
 
 def test_optimisation_flags_replace_the_defaults_and_keep_the_device_flags():
     host = Target.host()
-    assert host.compile_flags(opt=("--iree-opt-level=O2",))[-1] == "--iree-opt-level=O2"
-    assert host.default_opt_flags[0] not in host.compile_flags(opt=())
-    assert host.compile_flags(opt=())[:3] == host.compile_flags()[:3]
-    assert Target.parse("cuda").compile_flags(opt=("--iree-opt-level=O3",))[-1] == "--iree-opt-level=O3"
+    assert compile_flags(host, opt=("--iree-opt-level=O2",))[-1] == "--iree-opt-level=O2"
+    assert default_opt_flags(host)[0] not in compile_flags(host, opt=())
+    assert compile_flags(host, opt=())[:3] == compile_flags(host)[:3]
+    assert compile_flags(Target.parse("cuda"), opt=("--iree-opt-level=O3",))[-1] == "--iree-opt-level=O3"
 
 
 def test_compile_argv_is_the_tool_the_input_the_flags_and_the_output():
     target = Target.parse("vulkan")
     argv = compile_argv("iree-compile", Path("r0.mlir"), Path("out/r0.vmfb"), target)
-    assert argv == ["iree-compile", "r0.mlir", *target.compile_flags(), "-o", "out/r0.vmfb"]
+    assert argv == ["iree-compile", "r0.mlir", *compile_flags(target), "-o", "out/r0.vmfb"]
     assert compile_argv("t", Path("a"), Path("b"), Target.host(), keep_f64=True)[2:-2] == list(
-        Target.host().compile_flags(keep_f64=True))
+        compile_flags(Target.host(), keep_f64=True))

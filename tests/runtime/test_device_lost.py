@@ -53,8 +53,8 @@ def test_a_second_loss_in_one_call_is_raised(vulkan_bundle):
         region = _accel_region(session)
         real_open = session._open
 
-        def open_and_lose_again(rt, driver, check_device):
-            real_open(rt, driver, check_device)
+        def open_and_lose_again(rt, driver, check):
+            real_open(rt, driver, check)
             session._invokers[region] = _LosesDevice(session._invokers[region], 1)
 
         session._open = open_and_lose_again

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_aot
 
 from aot import runtime
-from aot.runtime import memory, session as session_module
+from aot.runtime import devices as devices_module, memory
 from aot.runtime.errors import DeviceError
 from aot.runtime.memory import DeviceMemory, DeviceMemoryError
 
@@ -68,7 +68,7 @@ def test_the_build_records_each_device_from_its_regions(vulkan_bundle):
 def test_a_device_configured_too_small_refuses_the_bundle_before_opening_anything(vulkan_bundle, monkeypatch):
     need = {d.driver: d.total for d in vulkan_bundle.bundle.manifest.memory}["vulkan"]
     opened = []
-    monkeypatch.setattr(session_module, "_open_device", lambda *a, **k: opened.append(a) or pytest.fail("opened"))
+    monkeypatch.setattr(devices_module, "open_device", lambda *a, **k: opened.append(a) or pytest.fail("opened"))
     with pytest.raises(DeviceMemoryError, match="'vulkan' device"):
         runtime.load(vulkan_bundle.bundle.path, device_memory={"vulkan": need - 1})
     assert opened == []

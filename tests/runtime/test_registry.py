@@ -9,7 +9,7 @@ import pytest
 from aot import runtime
 from aot.checks import reference
 from aot.errors import BundleError
-from aot.runtime import session as session_module
+from aot.runtime import devices as devices_module
 
 pytestmark = pytest.mark.device  # runs on lavapipe and the CPU
 
@@ -21,8 +21,8 @@ def test_two_bundles_share_devices_and_answer_as_separate_sessions(vulkan_bundle
         with runtime.load(bundle.bundle.path) as alone:
             expected[name] = alone.run(inputs)
     opened: list[str] = []
-    real_open = session_module._open_device
-    monkeypatch.setattr(session_module, "_open_device",
+    real_open = devices_module.open_device
+    monkeypatch.setattr(devices_module, "open_device",
                         lambda rt, driver, *a, **k: (opened.append(driver), real_open(rt, driver, *a, **k))[1])
     with runtime.Registry() as registry:
         registry.load("vk", vulkan_bundle.bundle.path)

@@ -41,7 +41,7 @@ TOLERANCE = {
 # Partitioned on lavapipe in CI. Silero's LSTM stays on the host (the support table), so its
 # bundle is Vulkan + CPU; the gate would pick all-host for it on cost, and is off here so that the
 # split itself is tested. MiniLM's and PP-OCR's SPIR-V compiles took IREE 3.13 minutes per int8
-# matmul until the Vulkan target hoisted dequantization out of the dispatches (Target.compile_flags);
+# matmul until the Vulkan target hoisted dequantization out of the dispatches (lower/flags.py);
 # they now compile in seconds.
 LAVAPIPE = {"mtcnn-pnet": {}, "mtcnn-rnet": {}, "mtcnn-onet": {}, "silero-vad": {"gate": GateMode.OFF},
             "minilm": {}, "ppocr-det": {}, "ppocr-rec": {}}

@@ -1,0 +1,122 @@
+"""Every ``iree-compile`` flag aot passes, and the rules that pick them for a target.
+
+The one owner of compiler knowledge: a ``Target`` (runtime/target.py) says only what a deployment
+needs (backend, arch, driver); which flags compile for it lives here, and so do the spellings the
+tuner, the memory statistics and ``aot bench-replay`` add. Pure. Compile caches are keyed on the
+flags, so a changed spelling or order here recompiles every region."""
+
+from __future__ import annotations
+
+from aot.runtime.target import Target
+
+# Up to this many bytes of load-time constants per expression (see target_flags).
+HOIST_LIMIT = 256 << 20
+# Replay: an accelerator region's command buffer is recorded once, when its module loads
+# (memoization), with its buffers as indirect bindings, and each call submits it again with that
+# call's buffers (hal.device.queue.execute.indirect) instead of re-recording every dispatch. IREE
+# 3.13 does this by default; the flags say so explicitly so that a changed default cannot turn it
+# off unnoticed. `aot bench-replay` measures first call and steady state with and without.
+REPLAY_FLAGS = ("--iree-hal-memoization=true", "--iree-hal-indirect-command-buffers=true")
+RECORD_EVERY_CALL_FLAGS = ("--iree-hal-memoization=false", "--iree-hal-indirect-command-buffers=false")
+# Only executables built for the BDA dispatch ABI let IREE 3.13's Vulkan driver keep recorded
+# VkCommandBuffers across calls (tools/replay.py compares it; no build uses it).
+BDA_FLAGS = ("--iree-vulkan-dispatch-abi=bda",)
+KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
+
+# Optimisation flags the tuner tries (tune/candidates.py decides which, per region and target).
+O2, O3 = "--iree-opt-level=O2", "--iree-opt-level=O3"
+DATA_TILING = "--iree-opt-data-tiling=true"
+UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
+CONV_UKERNELS = "--iree-llvmcpu-enable-ukernels=mmt4d,conv_nchwc"
+IM2COL = "--iree-global-opt-use-im2col-for-convs=true"
+# A bit-set option: one occurrence per op family (a comma list is refused).
+CONV_DATA_TILING = tuple(f"--iree-dispatch-creation-experimental-set-data-tiling-ops={f}"
+                         for f in ("matmul", "scaled_matmul", "convolution"))
+CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
+                 "iree-preprocessing-convert-conv-to-channels-last))", "--iree-global-opt-propagate-transposes=true")
+QUANT_REASSOC = "--iree-global-opt-enable-quantized-matmul-reassociation=true"
+QDQ_INTEGER = "--iree-global-opt-enable-qdq-to-integer-math=true"
+VECTOR_DISTRIBUTION = "--iree-codegen-llvmgpu-use-vector-distribution=true"
+IGEMM = "--iree-codegen-llvmgpu-use-igemm=true"
+# O2 on MiniLM's attention needs 37 KiB of stack per dispatch, over IREE's 32 KiB limit.
+STACK_128K = "--iree-llvmcpu-stack-allocation-limit=131072"
+
+
+def threads(cores: int) -> str:
+    """Codegen distributes work for this many threads."""
+    return f"--iree-llvmcpu-number-of-threads={cores}"
+
+
+# IREE's static scheduling statistics (CSV). Every compile prints them into its log (an empty file
+# name is stderr) and the memory record reads each module's transient bytes from them
+# (lower/footprint.py); a statistics-only compile prints them to stdout instead.
+STATS_FORMAT = "--iree-scheduling-dump-statistics-format=csv"
+STATS_FLAGS = (STATS_FORMAT, "--iree-scheduling-dump-statistics-file=")
+STATS_TO_STDOUT = (STATS_FORMAT, "--iree-scheduling-dump-statistics-file=-")
+# Stop after a phase: the stream phase has the statistics, the VM phase the code each call runs.
+COMPILE_TO_STREAM = "--compile-to=stream"
+COMPILE_TO_VM = "--compile-to=vm"
+
+# Optimisation flags every region gets unless tuning picked others (see docs/performance.md for
+# the measurements). llvm-cpu: im2col turns convolutions into matmuls, 1.6-2.0x on the corpus'
+# CNNs (PP-OCR, MTCNN) and neutral on MiniLM. Not here, because they do not hold for every model:
+# --iree-opt-level=O2/O3 (MiniLM's int8 attention then exceeds the 32 KiB stack-allocation limit
+# and fails to compile) and --iree-opt-data-tiling (0.8-0.9x on MiniLM, 1.05x on PP-OCR for 3x
+# the compile time). The tuner tries both per region, where a failure only rejects a candidate.
+_DEFAULT_OPT = {
+    "llvm-cpu": (IM2COL,),
+    "vulkan-spirv": (),
+    "cuda": (),
+}
+
+
+def default_opt_flags(target: Target) -> tuple[str, ...]:
+    """The optimisation flags a region compiled for ``target`` gets when it was not tuned."""
+    return _DEFAULT_OPT[target.backend]
+
+
+def keeps_f64(mlir: bytes) -> bool:
+    """The region's MLIR text has a float64 tensor type (see compile_flags)."""
+    return b",f64>" in mlir
+
+
+def compile_flags(target: Target, keep_f64: bool = False, opt: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The target's own flags, then ``opt`` (optimisation flags; None: the defaults).
+
+    `keep_f64`: the region has float64 tensors. IREE demotes f64 to f32 by default, so such a
+    region would return f32 bytes where the manifest promises f64; CPUs and CUDA compute f64
+    natively. Only then: without demotion, the f64 scalars IREE's torch lowering makes for
+    other models (MTCNN) do not legalize on the host VM."""
+    return (*target_flags(target, keep_f64), *(default_opt_flags(target) if opt is None else opt))
+
+
+def flags_for(target: Target, mlir: bytes, opt: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """``compile_flags`` for one region's MLIR text: f64 is kept when it has a float64 tensor type."""
+    return compile_flags(target, keeps_f64(mlir), opt)
+
+
+def target_flags(target: Target, keep_f64: bool = False) -> tuple[str, ...]:
+    """The device flags of ``target``: what every region compiled for it gets, tuned or not."""
+    f64 = (KEEP_F64,) if keep_f64 else ()
+    # IREE 3.13 hoists a constant expression such as dequantizing int8 weights (i8 -> f32, 4x
+    # the bytes) into a load-time initializer only if it grows the module's constants by less
+    # than 1 MiB; larger ones stay fused into their matmul's dispatch and run on every call.
+    hoist = f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}"
+    if target.backend == "llvm-cpu":
+        # On the CPU that per-call dequantization was 14-17% of MiniLM's dispatch time
+        # (`aot profile`); onnxruntime folds the same constants once, at session creation.
+        return ("--iree-hal-target-device=local",
+                "--iree-hal-local-target-device-backends=llvm-cpu",
+                f"--iree-llvmcpu-target-cpu={target.arch}", hoist, *f64)
+    if target.backend == "vulkan-spirv":
+        # Mappable results let the host read Vulkan outputs without the 4096-byte
+        # minImportedHostPointerAlignment trap (DESIGN §3). Hoisting: the SPIR-V pipeline
+        # needs 6.5 minutes to bufferize one fused dequantize+matmul dispatch (MiniLM's
+        # 384x1536 FFN weights) against 0.6 s for the plain f32 matmul; hoisted, MiniLM's whole
+        # Vulkan compile takes 6.5 s. The price, on every backend: memory for the f32 copies.
+        return ("--iree-hal-target-device=vulkan",
+                f"--iree-vulkan-target={target.arch}",
+                "--iree-hal-external-resources-mappable", hoist, *REPLAY_FLAGS)
+    # The cuda driver replays such a command buffer as a CUDA graph only when the runtime is
+    # told --cuda_use_streams=false; its default (streams) re-issues the kernels each call.
+    return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={target.arch}", *REPLAY_FLAGS, *f64)

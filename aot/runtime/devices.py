@@ -1,0 +1,90 @@
+"""Open the device a driver names and check it can run the regions compiled for it.
+
+Deployment code, as session.py: ``iree.runtime`` (passed in as ``rt``) and the runtime's own modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import manifest as mf
+from .errors import DeviceError
+from .manifest import Manifest, RegionEntry
+
+
+class Devices:
+    """One VM instance and one device per driver, opened on first use and shared by every session
+    created with it: a process serving several models opens each device once."""
+
+    def __init__(self) -> None:
+        import iree.runtime as rt
+
+        self.instance = rt.VmInstance()
+        self._devices: dict[str, Any] = {}
+        self.opened: list[str] = []   # drivers, in the order their device was opened
+
+    def device(self, rt: Any, driver: str, regions: list[RegionEntry], manifest: Manifest) -> Any:
+        """``driver``'s device, opened for the first session that asks; each session checks it."""
+        if driver not in self._devices:
+            self._devices[driver] = open_device(rt, driver, regions, manifest)
+            self.opened.append(driver)
+        return self._devices[driver]
+
+    def close(self) -> None:
+        """Drop the devices; close every session using them first."""
+        self._devices.clear()
+
+
+def open_device(rt: Any, driver: str, regions: list[RegionEntry], manifest: Manifest) -> Any:
+    host_runtime = manifest.host_runtime
+    if host_runtime is not None and driver == host_runtime.driver and host_runtime.flags:
+        # Process-wide, and read when the process opens its first CPU device of this driver
+        # (IREE caches drivers): a bundle loaded after another one in the same process runs
+        # with the first one's worker topology.
+        rt.flags.parse_flags(*host_runtime.flags)
+    try:
+        return rt.get_driver(driver).create_default_device()
+    except Exception as e:
+        raise DeviceError(f"cannot open the {driver!r} device needed by region(s) "
+                          f"{', '.join(r.name for r in regions)}: {e}",
+                          hint=_DEVICE_HINTS.get(driver, "rebuild with --accel none to run on the CPU")) from e
+
+
+def check_device(rt: Any, driver: str, regions: list[RegionEntry], manifest: Manifest) -> None:
+    """The device can run these regions: the CPU has the build's features, the Vulkan device is
+    the kind the SPIR-V was compiled for."""
+    if driver in mf.HOST_DRIVERS:
+        _check_cpu(regions, manifest.cpu_flags)
+    if driver == "vulkan":
+        name = _vulkan_device_name(rt)
+        for r in regions:
+            on_lavapipe = "llvmpipe" in name.lower()
+            if (r.target.arch == "llvmpipe") != on_lavapipe:
+                # A SPIR-V module built for another subgroup size returns silently wrong results.
+                raise DeviceError(f"region {r.name!r} was compiled for Vulkan target {r.target.arch!r} but the "
+                                  f"Vulkan device here is {name!r}",
+                                  hint="rebuild with --vulkan-target matching this device "
+                                       "(llvmpipe for Mesa lavapipe)")
+
+
+def _check_cpu(regions: list[RegionEntry], build_flags: tuple[str, ...]) -> None:
+    native = [r.name for r in regions if r.target.arch == "host"]
+    here = set(mf.cpu_flags())
+    missing = [f for f in build_flags if f not in here] if native and here else []
+    if missing:
+        raise DeviceError(f"region(s) {', '.join(native)} were compiled for the build machine's CPU, which has "
+                          f"{', '.join(missing)}; this CPU does not",
+                          hint="rebuild with --host-cpu x86-64-v3 (or this machine's CPU) to run here")
+
+
+def _vulkan_device_name(rt: Any) -> str:
+    try:
+        infos = rt.get_driver("vulkan").query_available_devices()
+        return str(infos[0]["name"]) if infos else ""
+    except Exception:
+        return ""
+
+
+_DEVICE_HINTS = {
+    "vulkan": "install a Vulkan driver (apt-get install mesa-vulkan-drivers libvulkan1) or rebuild with --accel none",
+    "cuda": "run on a machine with an NVIDIA GPU and driver, or rebuild with --accel none",
+}
