@@ -8,6 +8,7 @@ the function prefix), ``names.c_str`` (string literals) and ``names.c_comment`` 
 from __future__ import annotations
 
 import math
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def _literal(text: str) -> Encoded:
     return Encoded(names.c_str(text))
 
 
-def _init(values) -> Encoded:
+def _init(values: Iterable[int]) -> Encoded:
     return Encoded(", ".join(str(int(v)) for v in values) or "0")
 
 
@@ -72,7 +73,7 @@ def _value_index(manifest: Manifest) -> dict[str, int]:
     return {v: i for i, v in enumerate(names_)}
 
 
-def _nbytes(shape, dtype: str) -> int:
+def _nbytes(shape: Iterable[int], dtype: str) -> int:
     return math.prod(int(d) for d in shape) * np.dtype(dtype_name(dtype)).itemsize
 
 
@@ -81,7 +82,7 @@ def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
     drivers = list(manifest.drivers)
     boundary = dict(manifest.boundary_tensors)
     sigs = {s.name: s for s in (*manifest.inputs, *manifest.outputs)}
-    values = []
+    values: list[dict[str, Any]] = []
     for v in index:
         b = boundary.get(v)
         dtype, shape = (b.dtype, b.shape) if b is not None and b.shape is not None else (sigs[v].dtype, sigs[v].shape)
@@ -89,7 +90,7 @@ def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
         values.append({"literal": _literal(v), "element_type": Encoded(f"IREE_HAL_ELEMENT_TYPE_{element_type}"),
                        "rank": len(shape), "dims_init": Encoded("{" + _init(shape) + "}"),
                        "bytes": _nbytes(shape, dtype)})
-    regions = []
+    regions: list[dict[str, Any]] = []
     for n in manifest.schedule:
         r = manifest.region(n)
         regions.append({"literal": _literal(r.name), "device": drivers.index(manifest.driver(r)),

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, cast
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
@@ -76,7 +76,7 @@ def node_flops(node: Node, view: GraphView) -> int:
     if op == ATTENTION and len(ins) > 1 and ins[1]:
         return 4 * _numel(out) * ins[1][-2]   # Q·Kᵀ and P·V over S keys: 2·L·S·E each
     if op in ("MaxPool", "AveragePool"):
-        return _numel(out) * prod(node.attr("kernel_shape", (1,)))
+        return _numel(out) * prod(cast("tuple[int, ...]", node.attr("kernel_shape", (1,))))   # an ints attribute
     if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
         return _numel(ins[0]) if ins else 0
     if op in ("Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization"):

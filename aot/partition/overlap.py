@@ -56,7 +56,7 @@ def _splits(groups: Groups, view: GraphView) -> list[tuple[Groups, tuple[str, ..
     """Every (region, other-device region) split: the region's nodes reached from the other region
     (the tail) go to a new region right after it, on the same device or, for an accelerator
     region, on the host. Each with the accelerator nodes it moves to the host."""
-    out = []
+    out: list[tuple[Groups, tuple[str, ...]]] = []
     for other_device, other_nodes in groups:
         reached = _descendants(other_nodes, view)
         for i, (device, nodes) in enumerate(groups):

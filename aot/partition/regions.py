@@ -8,12 +8,20 @@ on a path between them. Every step keeps the region graph acyclic, so the result
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Hashable, Iterable, Mapping, Protocol, TypeVar
 
 from aot.frontend.graph import GraphView
 
+V = TypeVar("V", bound=Hashable)
 
-def path_exists(succ, src, dst, *, skip_direct: bool = False) -> bool:
+
+class Successors(Protocol[V]):
+    """vertex -> its successors: a dict of them, or a list indexed by vertex number."""
+
+    def __getitem__(self, vertex: V, /) -> Iterable[V]: ...
+
+
+def path_exists(succ: Successors[V], src: V, dst: V, *, skip_direct: bool = False) -> bool:
     """Is there a path src -> ... -> dst in the graph ``succ`` (vertex -> successors)? With
     ``skip_direct``, only a path through some other vertex counts."""
     stack = [s for s in succ[src] if not (skip_direct and s == dst)]

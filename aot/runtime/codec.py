@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import pathlib
 import types
 import typing
 from functools import lru_cache
@@ -138,7 +139,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
             if not isinstance(data, str):
                 raise TypeError(f"{where}: expected a string, got {type(data).__name__}")
             return data
-        if issubclass(tp, os.PathLike):
+        if issubclass(tp, pathlib.PurePath):
             return tp(str(data))
     raise TypeError(f"{where}: cannot decode type {tp!r}")
 

@@ -158,7 +158,7 @@ def _write_cpu_flags(flags: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _read_cpu_flags(d: dict[str, Any]) -> tuple[str, ...]:
-    return codec.decode(tuple[str, ...], d.get("build_machine", {}).get("cpu_flags", []))  # type: ignore[arg-type]
+    return codec.decode(tuple[str, ...], d.get("build_machine", {}).get("cpu_flags", []))
 
 
 @dataclass(frozen=True, slots=True)
