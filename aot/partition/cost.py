@@ -12,7 +12,7 @@ from typing import Mapping, cast
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.partition import order
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL, HOST, Device
 from aot.runtime import lanes
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
@@ -47,7 +47,7 @@ class CostModel:
         return cls(DeviceModel(**data["host"]), DeviceModel(**accel["device"]),
                    accel["link_gbps"], accel["hop_us"], source)
 
-    def device(self, which: str) -> DeviceModel:
+    def device(self, which: Device) -> DeviceModel:
         return self.accel if which == ACCEL else self.host
 
     def transfer_us(self, nbytes: int) -> float:
@@ -97,7 +97,7 @@ class RegionEstimate:
     estimated_us: float
 
 
-def region_estimate(nodes: tuple[str, ...], device: str, view: GraphView, model: CostModel) -> RegionEstimate:
+def region_estimate(nodes: tuple[str, ...], device: Device, view: GraphView, model: CostModel) -> RegionEstimate:
     ns = [view.node(n) for n in nodes]
     flops = sum(node_flops(n, view) for n in ns)
     return RegionEstimate(sum(n.is_compute for n in ns), flops,
@@ -113,7 +113,7 @@ class PlanCost:
     hops: int
 
 
-def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphView, model: CostModel) -> PlanCost:
+def plan_cost(regions: Mapping[str, tuple[Device, tuple[str, ...]]], view: GraphView, model: CostModel) -> PlanCost:
     """``regions``: name -> (device, nodes). Graph inputs and outputs live on the host."""
     owner = {n: name for name, (_, nodes) in regions.items() for n in nodes}
     device = {name: dev for name, (dev, _) in regions.items()}
@@ -122,7 +122,7 @@ def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphVie
         ns = [view.node(n) for n in nodes]
         compute.append((name, model.device(dev).time_us(sum(node_flops(n, view) for n in ns),
                                                        sum(node_bytes(n, view) for n in ns))))
-    crossings: set[tuple[str, str]] = set()   # (value, device it must reach)
+    crossings: set[tuple[str, Device]] = set()   # (value, device it must reach)
     waits: dict[str, set[str]] = {name: set() for name in regions}   # region -> regions it reads from
     for node in view.nodes:
         here = device[owner[node.name]]
@@ -143,7 +143,7 @@ def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphVie
     return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
 
 
-def _lanes_us(regions: Mapping[str, tuple[str, tuple[str, ...]]], waits: Mapping[str, set[str]], view: GraphView,
+def _lanes_us(regions: Mapping[str, tuple[Device, tuple[str, ...]]], waits: Mapping[str, set[str]], view: GraphView,
               compute: Mapping[str, float]) -> float:
     """Compute time as the runtime spends it: a lane per device, so regions on different devices
     with no path between them overlap (runtime/lanes.py); a chain costs the sum of its regions."""

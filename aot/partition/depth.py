@@ -16,7 +16,7 @@ from typing import Mapping
 
 from aot.frontend.graph import GraphView
 from aot.partition import regions
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL, HOST, Device
 
 
 class _Quotient:
@@ -62,7 +62,7 @@ class _Quotient:
         self.succ[keep].discard(keep); self.pred[keep].discard(keep)
 
 
-def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+def merge(view: GraphView, labels: Mapping[str, Device]) -> list[tuple[Device, tuple[str, ...]]]:
     """Same contract as ``regions.merge``: (label, nodes in topological order) per region."""
     q = _Quotient(view)
     label = dict(labels)
@@ -102,7 +102,7 @@ def _find(q: _Quotient, node: str) -> str:
     raise KeyError(node)
 
 
-def _group_host(q: _Quotient, label: dict[str, str]) -> None:
+def _group_host(q: _Quotient, label: dict[str, Device]) -> None:
     changed = True
     while changed:
         changed = False

@@ -19,9 +19,9 @@ from typing import Callable
 
 from aot.frontend.graph import GraphView
 from aot.partition.cost import CostModel, plan_cost
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL, HOST, Device
 
-Groups = list[tuple[str, tuple[str, ...]]]
+Groups = list[tuple[Device, tuple[str, ...]]]
 # The least estimated saving, as a share of the plan's time, that pays for a split. The cost model
 # treats devices as independent; lavapipe shares the host's cores (the two-branch example overlaps
 # 1.2x where independent devices would reach 1.48x, docs/buckets.md), so small gains would not survive.

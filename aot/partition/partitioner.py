@@ -15,7 +15,7 @@ from aot.partition import order, policies, select
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.overlap import split_for_overlap
 from aot.partition.plan import Gate, GateMode, Plan, Region, region_edges, validate
-from aot.partition.support import ACCEL, HOST, Label, Overrides, SupportTable, label
+from aot.partition.support import ACCEL, HOST, Device, Label, Overrides, SupportTable, label
 
 @dataclass(frozen=True, slots=True)
 class PartitionOptions:
@@ -39,7 +39,7 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     labels = label(view, table, options.overrides)
     merge = policies.get(options.policy)
 
-    def moves_of(groups: list[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    def moves_of(groups: list[tuple[Device, tuple[str, ...]]]) -> dict[str, str]:
         """Nodes the judgment or the selection sends to the host, and why."""
         moves = judge(groups, view, table) if table else {}
         if not moves:
@@ -65,7 +65,7 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     return plan
 
 
-def judge(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, table: SupportTable) -> dict[str, str]:
+def judge(groups: list[tuple[Device, tuple[str, ...]]], view: GraphView, table: SupportTable) -> dict[str, str]:
     """Merge judgment for "specific" results: a region that would hand one on to another region
     (or out of the model from the accelerator) is merged with its consumer and the union goes to
     the host. Returns node -> reason for every node that must move."""
@@ -108,7 +108,7 @@ def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) ->
     return Plan(single.regions, single.schedule, reasons, Gate(False, partitioned, host, accel, numbers))
 
 
-def plan_from_groups(view: GraphView, groups: list[tuple[str, tuple[str, ...]]],
+def plan_from_groups(view: GraphView, groups: list[tuple[Device, tuple[str, ...]]],
                      reasons: dict[str, str] | None = None) -> Plan:
     """Name regions r0, r1, ... and schedule them."""
     regs = tuple(Region(f"r{i}", dev, nodes) for i, (dev, nodes) in enumerate(groups))
@@ -119,7 +119,7 @@ def plan_from_groups(view: GraphView, groups: list[tuple[str, tuple[str, ...]]],
     return Plan(regs, sched, tuple(sorted((reasons or {}).items())))
 
 
-def single_region_plan(view: GraphView, device: str = HOST) -> Plan:
+def single_region_plan(view: GraphView, device: Device = HOST) -> Plan:
     return plan_from_groups(view, [(device, tuple(n.name for n in view.nodes))])
 
 

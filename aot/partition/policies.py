@@ -12,9 +12,10 @@ from typing import Callable, Mapping
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
 from aot.partition import depth, regions
+from aot.partition.support import Device
 
-Groups = list[tuple[str, tuple[str, ...]]]   # (label, node names in topological order)
-MergePolicy = Callable[[GraphView, Mapping[str, str]], Groups]
+Groups = list[tuple[Device, tuple[str, ...]]]   # (label, node names in topological order)
+MergePolicy = Callable[[GraphView, Mapping[str, Device]], Groups]
 
 _REGISTRY: dict[str, MergePolicy] = {}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Hashable, Iterable, Mapping, Protocol, TypeVar
 
 from aot.frontend.graph import GraphView
+from aot.partition.support import Device
 
 V = TypeVar("V", bound=Hashable)
 
@@ -40,12 +41,12 @@ def path_exists(succ: Successors[V], src: V, dst: V, *, skip_direct: bool = Fals
 class _RegionGraph:
     def __init__(self) -> None:
         self.members: list[list[str]] = []
-        self.label: list[str] = []
+        self.label: list[Device] = []
         self.succ: list[set[int]] = []
         self.pred: list[set[int]] = []
         self.alive: list[bool] = []
 
-    def new(self, label: str) -> int:
+    def new(self, label: Device) -> int:
         self.members.append([]); self.label.append(label)
         self.succ.append(set()); self.pred.append(set()); self.alive.append(True)
         return len(self.members) - 1
@@ -68,7 +69,7 @@ class _RegionGraph:
         self.alive[gone] = False; self.members[gone] = []
 
 
-def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+def merge(view: GraphView, labels: Mapping[str, Device]) -> list[tuple[Device, tuple[str, ...]]]:
     """Group nodes into label-homogeneous regions with an acyclic region graph.
 
     ``labels`` maps node name -> label. Returns (label, node names in topological order) per
@@ -91,7 +92,7 @@ def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[s
     return _finish(view, g)
 
 
-def fuse(view: GraphView, groups: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
+def fuse(view: GraphView, groups: list[tuple[Device, tuple[str, ...]]]) -> list[tuple[Device, tuple[str, ...]]]:
     """Fuse same-label regions of any grouping wherever no cycle can form (used after other
     policies, so every policy gets the same cycle-safe fusion)."""
     g = _RegionGraph()
@@ -106,7 +107,7 @@ def fuse(view: GraphView, groups: list[tuple[str, tuple[str, ...]]]) -> list[tup
     return _finish(view, g)
 
 
-def _finish(view: GraphView, g: _RegionGraph) -> list[tuple[str, tuple[str, ...]]]:
+def _finish(view: GraphView, g: _RegionGraph) -> list[tuple[Device, tuple[str, ...]]]:
     _fuse_regions(g)
     order = {n.name: i for i, n in enumerate(view.nodes)}
     out = [(g.label[r], tuple(sorted(g.members[r], key=order.__getitem__)))

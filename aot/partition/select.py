@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aot.frontend.graph import GraphView
 from aot.partition.cost import CostModel, node_bytes, node_flops
 from aot.partition.plan import boundary
-from aot.partition.support import ACCEL
+from aot.partition.support import ACCEL, Device
 
 MODES = ("all", "largest", "threshold", "largest+threshold", "cost")
 
@@ -29,7 +29,7 @@ def amount(nodes: tuple[str, ...], view: GraphView) -> Amount:
     return Amount(sum(n.is_compute for n in ns), sum(node_flops(n, view) for n in ns), sum(node_bytes(n, view) for n in ns))
 
 
-def rejected(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, mode: str, min_compute: int,
+def rejected(groups: list[tuple[Device, tuple[str, ...]]], view: GraphView, mode: str, min_compute: int,
              threshold: int, cost: CostModel | None) -> dict[int, str]:
     """Index of each accelerator group to demote -> why."""
     accel = [i for i, (dev, _) in enumerate(groups) if dev == ACCEL]

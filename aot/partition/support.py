@@ -7,9 +7,19 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from aot.frontend.graph import GraphView, Node
+from aot.runtime.codec import TextEnum
 
-ACCEL = "accel"
-HOST = "host"
+
+class Device(TextEnum):
+    """Where the partitioner places a node or a region: the accelerator or the host CPU. The
+    value is what plan.json and record.json hold."""
+
+    ACCEL = "accel"
+    HOST = "host"
+
+
+ACCEL = Device.ACCEL   # the short names the partitioner reads
+HOST = Device.HOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +30,7 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Label:
-    device: str   # ACCEL or HOST
+    device: Device
     reason: str
 
 

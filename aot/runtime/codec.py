@@ -40,6 +40,15 @@ class Inline:
     read: Callable[[dict[str, Any]], Any]
 
 
+class TextEnum(str, enum.Enum):
+    """An enum whose members are their JSON strings: each compares, hashes, formats and encodes as
+    its value (``Device.HOST == "host"``, ``f"{Device.HOST}"`` is ``host``), so code and files
+    that held the bare strings keep working. ``enum.StrEnum`` does the same from Python 3.11."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
 def field(*, default: Any = _MISSING, key: str | None = None, as_map: bool = False,
           omit_default: bool = False, inline: Inline | None = None) -> Any:
     """A dataclass field with codec metadata (see the module docstring)."""
@@ -51,10 +60,10 @@ def field(*, default: Any = _MISSING, key: str | None = None, as_map: bool = Fal
 
 def encode(value: Any) -> Any:
     """``value`` as JSON-ready data (dicts, lists, strings, numbers, bools, None)."""
+    if isinstance(value, enum.Enum):      # first: a TextEnum is also a str
+        return value.value
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, enum.Enum):
-        return value.value
     if _own_codec(type(value)):
         return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

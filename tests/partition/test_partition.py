@@ -14,7 +14,7 @@ from aot.partition import regions
 from aot.options import BuildOptions
 from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate
-from aot.partition.support import Overrides
+from aot.partition.support import Device, Overrides
 from aot.partition.plan import GateMode
 from conftest import graph
 
@@ -146,10 +146,20 @@ def test_plan_file_round_trip(tmp_path):
     validate(again, view)
     data = json.loads(path.read_text())
     assert data["regions"][0]["nodes"]
+    # Devices are a Device enum in memory and their bare strings in the file.
+    assert {type(r.device) for r in again.regions} == {Device}
+    assert {r["device"] for r in data["regions"]} == {"accel", "host"}
 
 
 def test_malformed_plan_file_is_a_partition_error(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text('{"regions": [{"name": "r0"}]}')
     with pytest.raises(PartitionError, match="malformed"):
+        Plan.load(path)
+
+
+def test_a_plan_file_with_an_unknown_device_names_it(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text('{"regions": [{"name": "r0", "device": "gpu", "nodes": ["A"]}], "schedule": ["r0"]}')
+    with pytest.raises(PartitionError, match="region 'r0' has unknown device 'gpu'"):
         Plan.load(path)
