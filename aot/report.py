@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from aot.record import BuildRecord, CoverageRecord, RegionRecord
-from aot.runtime.manifest import Manifest
+from aot.runtime.manifest import IndexStatus, Manifest
 
 NO_RECORD = ("no build record: this bundle was built before aot kept one (partition, gate, estimates, "
              "verification and tuning are unknown); rebuild it for a full report")
@@ -173,8 +173,9 @@ def tuning_text(m: Manifest, rec: BuildRecord) -> str:
     return "\n".join(lines)
 
 
-_INDEX_STATUS = {"proved": "proved in range", "checked": "checked at the boundary", "guarded": "guarded",
-                 "defined": "defined by the op (no read at the index)", "unguarded": "NOT GUARDED (--no-index-guards)"}
+_INDEX_STATUS = {IndexStatus.PROVED: "proved in range", IndexStatus.CHECKED: "checked at the boundary",
+                 IndexStatus.GUARDED: "guarded", IndexStatus.DEFINED: "defined by the op (no read at the index)",
+                 IndexStatus.UNGUARDED: "NOT GUARDED (--no-index-guards)"}
 
 
 def buckets_text(m: Manifest) -> str:
@@ -204,7 +205,7 @@ def index_text(m: Manifest) -> str:
     counts = Counter(op.status for op in m.index_ops)
     lines = ["indexing ops (" + ", ".join(f"{n} {_INDEX_STATUS[s]}" for s, n in counts.items()) + "):"]
     for op in m.index_ops:
-        how = {"checked": f"input {op.input!r} checked", "guarded": f"flag {op.flag}"}.get(op.status, "")
+        how = {IndexStatus.CHECKED: f"input {op.input!r} checked", IndexStatus.GUARDED: f"flag {op.flag}"}.get(op.status, "")
         lines.append(f"  {op.op} {op.node}: {_INDEX_STATUS[op.status]}, valid {op.valid} {how}".rstrip())
     return "\n".join(lines)
 

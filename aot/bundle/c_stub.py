@@ -14,7 +14,7 @@ import numpy as np
 
 from aot.bundle import names
 from aot.bundle.render import Encoded, dtype_name, environment, shape_text
-from aot.runtime.manifest import Manifest, TensorSig
+from aot.runtime.manifest import IndexStatus, Manifest, TensorSig
 
 # numpy dtype -> (C element type, IREE HAL element type, .npy descr). bool is one byte per element
 # in numpy and in IREE; bfloat16 has no numpy descr, so its .npy files hold the raw 16-bit words.
@@ -109,13 +109,13 @@ def _index_checks(manifest: Manifest, inputs: list[dict], index: dict[str, int])
     for op in manifest.index_ops:
         common = {"op_literal": _literal(op.op), "node_literal": _literal(op.node), "dims": op.dims,
                   "dims_init": _init(op.dims), "valid_literal": _literal(op.valid)}
-        if op.status == "checked" and op.input in by_name:
+        if op.status == IndexStatus.CHECKED and op.input in by_name:
             t = by_name[op.input]
             checked.append({**common, "op": Encoded(names.c_comment(op.op)),
                             "node_doc": Encoded(names.c_comment(op.node)), "input_doc": t["doc"],
                             "valid_doc": Encoded(names.c_comment(op.valid)), "input_literal": t["literal"],
                             "field": t["ident"], "ctype": t["ctype"], "elements": t["elements"]})
-        elif op.status == "guarded" and op.flag is not None:
+        elif op.status == IndexStatus.GUARDED and op.flag is not None:
             guards.append({**common, "value": index[op.flag]})
     return checked, guards
 

@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from aot.frontend.fold import static_shapes, with_nodes
 from aot.frontend.ranges import integer_ranges
-from aot.runtime.manifest import IndexOp
+from aot.runtime.manifest import IndexOp, IndexStatus
 
 # op -> which input holds the indices. Negative indices count from the end in all of them.
 INDEXING = {"Gather": 1, "GatherElements": 1, "GatherND": 1, "ScatterElements": 1, "Scatter": 1, "ScatterND": 1}
@@ -51,7 +51,8 @@ def index_safety(model: onnx.ModelProto, guard: bool = True) -> tuple[onnx.Model
         if node.op_type in DEFINED:
             depth = constants.get(node.input[1])
             depth_dims = (int(numpy_helper.to_array(depth).reshape(-1)[0]),) if depth is not None else ()
-            ops.append(IndexOp(node.name, node.op_type, node.input[DEFINED[node.op_type]], depth_dims, "defined"))
+            ops.append(IndexOp(node.name, node.op_type, node.input[DEFINED[node.op_type]], depth_dims,
+                               IndexStatus.DEFINED))
             continue
         if node.op_type not in INDEXING:
             continue
@@ -62,16 +63,17 @@ def index_safety(model: onnx.ModelProto, guard: bool = True) -> tuple[onnx.Model
         interval = ranges.get(indices)
         if dims and (_constant_in_range(constants.get(indices), dims) or interval is not None and all(
                 -d <= interval[0] and interval[1] <= d - 1 for d in dims)):
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "proved"))
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.PROVED))
             continue
         source = _model_input(indices, producers, inputs, direct=len(dims) > 1)
         if source is not None and dims:
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "checked", input=source))
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.CHECKED, input=source))
         elif guard and dims:
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "guarded", flag=FLAG_PREFIX + node.name))
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.GUARDED,
+                               flag=FLAG_PREFIX + node.name))
         else:
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "unguarded"))
-    guarded = [op for op in ops if op.status == "guarded"]
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.UNGUARDED))
+    guarded = [op for op in ops if op.status == IndexStatus.GUARDED]
     return (_insert_guards(model, guarded) if guarded else model), tuple(ops)
 
 

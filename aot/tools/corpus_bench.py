@@ -23,7 +23,7 @@ from aot import api, runtime
 from aot.checks import reference
 from aot.errors import AotError
 from aot.options import BuildOptions
-from aot.runtime.manifest import Manifest
+from aot.runtime.manifest import IndexStatus, Manifest
 from aot.tools import zoo
 from aot.tools.bench import _same_answers, interleaved
 from aot.tune.search import cpu_model
@@ -95,7 +95,7 @@ def _index_checks_us(manifest: Manifest, inputs: dict[str, np.ndarray], repeats:
     """Median microseconds of the runtime's index-range checks of one call's inputs."""
     from aot.runtime.session import check_index_inputs
 
-    checked = tuple(op for op in manifest.index_ops if op.status == "checked")
+    checked = tuple(op for op in manifest.index_ops if op.status == IndexStatus.CHECKED)
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
