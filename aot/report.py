@@ -327,6 +327,7 @@ def plan_summary(planned: "Planned") -> str:
     """Coverage, regions, boundary bytes and the gate decision of a plan (`aot plan`)."""
     # Here, not at the top: `aot report` of a bundle needs the manifest only, not onnx.
     from aot.partition.cost import plan_cost
+    from aot.partition.support import Group
     from aot.partition.plan import boundaries
 
     plan, view, record = planned.plan, planned.view, planned.record
@@ -346,7 +347,7 @@ def plan_summary(planned: "Planned") -> str:
                      f"{sum(view.node(n).is_compute for n in r.nodes):4d} compute, "
                      f"reads {len(crossing)} boundary tensor(s) = {_bytes(nbytes)}")
     lines.append(f"boundary bytes per run: {_bytes(total)}")
-    est = plan_cost({r.name: (r.device, r.nodes) for r in plan.regions}, view, planned.cost)
+    est = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, planned.cost)
     lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
     g = plan.gate
     lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else

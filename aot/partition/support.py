@@ -23,6 +23,18 @@ HOST = Device.HOST
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """Nodes a merge policy keeps together on one device: a region before the partitioner names
+    and schedules it (``partitioner.plan_from_groups``)."""
+
+    device: Device
+    nodes: tuple[str, ...]      # node names in topological order
+
+
+Groups = list[Group]            # what a merge policy returns: in order of each group's first node
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     supported: bool
     reason: str
