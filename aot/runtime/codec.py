@@ -129,7 +129,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
         if issubclass(tp, enum.Enum):
             return tp(data)
         if _own_codec(tp):
-            return tp.from_json(data)  # type: ignore[attr-defined]
+            return tp.from_json(data)  # type: ignore[attr-defined]  # _own_codec(tp): it has one
         if dataclasses.is_dataclass(tp):
             return _decode_record(tp, data, where)
         if tp is bool:
