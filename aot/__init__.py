@@ -9,6 +9,7 @@ the build (no compiler, onnx or jinja2).
 """
 
 import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -17,7 +18,7 @@ _LAZY = {"build": "aot.api", "plan": "aot.api", "build_torch": "aot.api", "Build
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'aot' has no attribute {name!r}")

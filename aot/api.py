@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from aot import pipeline
 from aot.errors import AotError
@@ -100,7 +100,7 @@ def is_torch(model: str | Path) -> bool:
     return isinstance(model, str) and factory.is_factory(model)
 
 
-def _timed(run, progress: Progress):
+def _timed(run: Callable[[], TorchSource], progress: Progress) -> TorchSource:
     start = time.perf_counter()
     source = run()
     progress(f"export   {source.name}: {len(source.nodes)} ATen ops via iree-turbine "
@@ -121,7 +121,12 @@ def _python_path(module: Any) -> str:
     return f"<{cls.__module__}.{cls.__qualname__} object>"
 
 
-def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, cluster: str | None = None,
+# The default read from an instance: on a slots dataclass `BuildOptions.tune_repeats` is the slot
+# descriptor, not 20.
+_TUNE_REPEATS: int = BuildOptions().tune_repeats
+
+
+def tune(build_dir: str | Path, *, repeats: int = _TUNE_REPEATS, cluster: str | None = None,
          progress: Progress = lambda s: None) -> BuildResult:
     """Tune the bundle in ``build_dir`` (`aot tune`): built again from what the build stored, its
     resolved options and its plan (``record.json``, ``plan.json``), with ``tune=True``. Unchanged
@@ -143,13 +148,17 @@ def tune(build_dir: str | Path, *, repeats: int = BuildOptions.tune_repeats, clu
     if m.shapes is not None:
         raise AotError(f"{str(bundle)!r} holds {len(m.shapes.buckets)} shape buckets; `aot tune` retunes a "
                        "static bundle", hint="build it again with `aot build --tune` (each bucket is tuned)")
-    torch_module = m.model.frontend == "torch"
-    source = m.model.source if torch_module else Path(m.model.source)
-    if torch_module and source.startswith("<"):
-        raise AotError(f"the bundle was built from a module object ({source}); `aot tune` needs its factory",
-                       hint="build it with aot.build_torch(..., tune=True), or from pkg.module:factory")
-    if not torch_module and not source.is_file():
-        raise AotError(f"the bundle's source model {str(source)!r} is gone", hint="rebuild with `aot build --tune`")
+    source: str | Path
+    if m.model.frontend == "torch":
+        source = m.model.source
+        if source.startswith("<"):
+            raise AotError(f"the bundle was built from a module object ({source}); `aot tune` needs its factory",
+                           hint="build it with aot.build_torch(..., tune=True), or from pkg.module:factory")
+    else:
+        source = Path(m.model.source)
+        if not source.is_file():
+            raise AotError(f"the bundle's source model {str(source)!r} is gone",
+                           hint="rebuild with `aot build --tune`")
     # The plan the bundle shipped, replayed as is: the bundle is replaced when the build publishes.
     plan_file = build_dir / "build" / "tune-plan.json"
     plan_file.parent.mkdir(parents=True, exist_ok=True)

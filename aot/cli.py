@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aot.errors import AotError
 from aot.runtime.target import Target
+
+if TYPE_CHECKING:
+    from aot.options import BuildOptions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +151,7 @@ def _add_tune_options(p: argparse.ArgumentParser) -> None:
     add_arguments(p, BuildOptions, "tune")
 
 
-def _build_options(args: argparse.Namespace):
+def _build_options(args: argparse.Namespace) -> BuildOptions:
     """BuildOptions from the command line: what was given, parsed once; the rest its defaults."""
     from aot.option_flags import from_arguments
     from aot.options import BuildOptions

@@ -107,7 +107,7 @@ def from_arguments(cls: type, args: argparse.Namespace, command: str = "build", 
                       if f"{f.name}:{c.keyword}" in given}
         if f.name not in given and not companions:
             continue
-        raw = given.get(f.name)
+        raw: Any = given.get(f.name)      # argparse holds text, lists of text or None
         if isinstance(raw, _Given):
             values[f.name] = raw.value
         elif flag.compose is not None:

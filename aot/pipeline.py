@@ -98,8 +98,8 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     cost = CostModel.load(popts.accel_target, popts.cost_params)
     record = PartitionRecord(
         popts.policy, popts.select, popts.min_compute, plan.gate,
-        cov and CoverageRecord(cov.target, cov.supported, cov.total,
-                               tuple(UnsupportedOp(*u) for u in cov.unsupported)),
+        CoverageRecord(cov.target, cov.supported, cov.total, tuple(UnsupportedOp(*u) for u in cov.unsupported))
+        if cov is not None else None,
         tips, cost.source)
     return Planned(source, view, plan, popts, cost, record)
 
@@ -245,6 +245,7 @@ def _with_memory(staged: Staged, ws: Workspace) -> Staged:
     """Record what one run holds on each device, for the runtime's preflight (lower/footprint.py)."""
     m = staged.manifest
     weights = None if m.weights is None else staged.path / m.weights.path
+    assert staged.sources is not None    # compiled by this build: its region MLIR is at hand
     memory = device_memory(m, staged.sources, weights, ws.cache)
     return dataclasses.replace(staged, manifest=dataclasses.replace(m, memory=memory))
 
@@ -286,8 +287,9 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     settings = options.tune_settings()
     inputs = random_inputs(staged.manifest.inputs, seed=0)
     reference = {**verify.reference_values(planned.source, inputs), **inputs}
-    assert staged.sources is not None
-    tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: staged.sources / f"{r}.mlir",
+    sources = staged.sources
+    assert sources is not None
+    tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: sources / f"{r}.mlir",
                            lambda r: region_families(planned.source, planned.view, staged.plan.region(r).nodes),
                            compile_.ws.cache, compile_.executor, settings, progress)
     winners = {r: next(c.flags for c in t.candidates if c.name == t.winner) for r, t in tunings.items()}

@@ -20,6 +20,7 @@ from typing import Any
 
 from aot.errors import BundleError
 from aot.partition.plan import Gate
+from aot.partition.support import Device
 from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.atomic import write_json
@@ -115,7 +116,7 @@ class RegionRecord:
     """How one region came to be: the nodes the plan gave it, the estimate, and what was measured."""
 
     name: str
-    planned_device: str       # the partitioner's label: "accel" or "host"
+    planned_device: Device    # the partitioner's label: "accel" or "host"
     nodes: tuple[str, ...]
     compute_nodes: int
     flops: int

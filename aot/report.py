@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from aot.record import BuildRecord, CoverageRecord, RegionRecord
-from aot.runtime.manifest import Manifest
+from aot.runtime.manifest import IndexStatus, Manifest
 
 NO_RECORD = ("no build record: this bundle was built before aot kept one (partition, gate, estimates, "
              "verification and tuning are unknown); rebuild it for a full report")
@@ -173,8 +173,9 @@ def tuning_text(m: Manifest, rec: BuildRecord) -> str:
     return "\n".join(lines)
 
 
-_INDEX_STATUS = {"proved": "proved in range", "checked": "checked at the boundary", "guarded": "guarded",
-                 "defined": "defined by the op (no read at the index)", "unguarded": "NOT GUARDED (--no-index-guards)"}
+_INDEX_STATUS = {IndexStatus.PROVED: "proved in range", IndexStatus.CHECKED: "checked at the boundary",
+                 IndexStatus.GUARDED: "guarded", IndexStatus.DEFINED: "defined by the op (no read at the index)",
+                 IndexStatus.UNGUARDED: "NOT GUARDED (--no-index-guards)"}
 
 
 def buckets_text(m: Manifest) -> str:
@@ -204,7 +205,7 @@ def index_text(m: Manifest) -> str:
     counts = Counter(op.status for op in m.index_ops)
     lines = ["indexing ops (" + ", ".join(f"{n} {_INDEX_STATUS[s]}" for s, n in counts.items()) + "):"]
     for op in m.index_ops:
-        how = {"checked": f"input {op.input!r} checked", "guarded": f"flag {op.flag}"}.get(op.status, "")
+        how = {IndexStatus.CHECKED: f"input {op.input!r} checked", IndexStatus.GUARDED: f"flag {op.flag}"}.get(op.status, "")
         lines.append(f"  {op.op} {op.node}: {_INDEX_STATUS[op.status]}, valid {op.valid} {how}".rstrip())
     return "\n".join(lines)
 
@@ -326,6 +327,7 @@ def plan_summary(planned: "Planned") -> str:
     """Coverage, regions, boundary bytes and the gate decision of a plan (`aot plan`)."""
     # Here, not at the top: `aot report` of a bundle needs the manifest only, not onnx.
     from aot.partition.cost import plan_cost
+    from aot.partition.support import Group
     from aot.partition.plan import boundaries
 
     plan, view, record = planned.plan, planned.view, planned.record
@@ -345,7 +347,7 @@ def plan_summary(planned: "Planned") -> str:
                      f"{sum(view.node(n).is_compute for n in r.nodes):4d} compute, "
                      f"reads {len(crossing)} boundary tensor(s) = {_bytes(nbytes)}")
     lines.append(f"boundary bytes per run: {_bytes(total)}")
-    est = plan_cost({r.name: (r.device, r.nodes) for r in plan.regions}, view, planned.cost)
+    est = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, planned.cost)
     lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
     g = plan.gate
     lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else

@@ -20,7 +20,7 @@ from pathlib import Path
 from aot import pipeline
 from aot.buckets import fallback, padding
 from aot.buckets.dims import plan_dims, with_sizes
-from aot.bundle.write import Staged, link_or_copy, publish_bundle
+from aot.bundle.write import Bundle, Staged, link_or_copy, publish_bundle
 from aot.frontend.symbols import symbolic_inputs
 from aot.options import BuildOptions, FallbackMode
 from aot.pipeline import BuildResult, Progress, StagedBuild
@@ -72,7 +72,7 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
 
 
 def _merge(model: Path, built: list[BuiltBucket], dims: tuple[Dim, ...], options: BuildOptions, ws: Workspace,
-           progress: Progress):
+           progress: Progress) -> Bundle:
     staging = ws.staging("buckets")
     first = built[0].staged
     shared = first.manifest.weights

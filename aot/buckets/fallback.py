@@ -26,7 +26,7 @@ from aot.lower.compile import CompileJob, compile_all
 from aot.lower.importer import PARAMS_SCOPE, import_onnx
 from aot.options import BuildOptions
 from aot.runtime import shapes as sh
-from aot.runtime.manifest import Manifest, RegionEntry, Weights, file_sha256
+from aot.runtime.manifest import IndexStatus, Manifest, RegionEntry, Weights, file_sha256
 from aot.runtime.session import Session
 from aot.runtime.shapes import Dim, Fallback
 from aot.workspace import Workspace
@@ -47,7 +47,7 @@ def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOpt
     if options.constant_inputs:
         raise FallbackError("--fallback dynamic imports the model as given and cannot bake --const-input values in",
                             hint="drop --const-input, or build without --fallback dynamic")
-    if any(op.status == "guarded" for op in first.index_ops):
+    if any(op.status == IndexStatus.GUARDED for op in first.index_ops):
         raise FallbackError("the model computes indices inside the graph, which the bucket builds guard; the "
                             "dynamic fallback module would run them unguarded",
                             hint="build without --fallback dynamic; calls past the largest bucket get a clear error")
@@ -73,7 +73,7 @@ def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOpt
     manifest = dataclasses.replace(
         first, regions=(region,), schedule=(REGION,), weights=next(iter(archives), None), extra_weights=archives[1:],
         boundary_tensors=(), memory=(), overlap=(), shapes=None,
-        index_ops=tuple(op for op in first.index_ops if op.status == "checked"))
+        index_ops=tuple(op for op in first.index_ops if op.status == IndexStatus.CHECKED))
     checked, diff = _check(model, staging, manifest, dims)
     progress(f"fallback dynamic host module: {', '.join(f'{s}={n}' for s, n in checked)} matches onnxruntime "
              f"(max abs diff {diff:.3g})")

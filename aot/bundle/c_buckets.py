@@ -41,6 +41,8 @@ def _axes(manifest: Manifest, side: str, sig: TensorSig) -> list[int]:
 
 
 def _io(manifest: Manifest, buckets: list[Manifest], side: str) -> list[dict]:
+    shapes = manifest.shapes
+    assert shapes is not None
     sigs = getattr(manifest, side)
     tensors = _tensors(sigs, {s.name: i for i, s in enumerate(sigs)})
     for t, sig in zip(tensors, sigs):
@@ -48,7 +50,7 @@ def _io(manifest: Manifest, buckets: list[Manifest], side: str) -> list[dict]:
         biggest = max(_nbytes(next(s for s in getattr(m, side) if s.name == sig.name).shape, sig.dtype)
                       for m in buckets)
         t.update(dim_of=Encoded("{" + _init(dim_of) + "}"), scratch=biggest,
-                 pad=_pad_bytes(manifest.shapes.pad_value(sig.name) if side == "inputs" else 0, sig.dtype))
+                 pad=_pad_bytes(shapes.pad_value(sig.name) if side == "inputs" else 0, sig.dtype))
     return tensors
 
 

@@ -8,12 +8,13 @@ the function prefix), ``names.c_str`` (string literals) and ``names.c_comment`` 
 from __future__ import annotations
 
 import math
+from typing import Any, Iterable
 
 import numpy as np
 
 from aot.bundle import names
 from aot.bundle.render import Encoded, dtype_name, environment, shape_text
-from aot.runtime.manifest import Manifest, TensorSig
+from aot.runtime.manifest import IndexStatus, Manifest, TensorSig
 
 # numpy dtype -> (C element type, IREE HAL element type, .npy descr). bool is one byte per element
 # in numpy and in IREE; bfloat16 has no numpy descr, so its .npy files hold the raw 16-bit words.
@@ -32,7 +33,7 @@ def _literal(text: str) -> Encoded:
     return Encoded(names.c_str(text))
 
 
-def _init(values) -> Encoded:
+def _init(values: Iterable[int]) -> Encoded:
     return Encoded(", ".join(str(int(v)) for v in values) or "0")
 
 
@@ -72,7 +73,7 @@ def _value_index(manifest: Manifest) -> dict[str, int]:
     return {v: i for i, v in enumerate(names_)}
 
 
-def _nbytes(shape, dtype: str) -> int:
+def _nbytes(shape: Iterable[int], dtype: str) -> int:
     return math.prod(int(d) for d in shape) * np.dtype(dtype_name(dtype)).itemsize
 
 
@@ -81,7 +82,7 @@ def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
     drivers = list(manifest.drivers)
     boundary = dict(manifest.boundary_tensors)
     sigs = {s.name: s for s in (*manifest.inputs, *manifest.outputs)}
-    values = []
+    values: list[dict[str, Any]] = []
     for v in index:
         b = boundary.get(v)
         dtype, shape = (b.dtype, b.shape) if b is not None and b.shape is not None else (sigs[v].dtype, sigs[v].shape)
@@ -89,7 +90,7 @@ def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
         values.append({"literal": _literal(v), "element_type": Encoded(f"IREE_HAL_ELEMENT_TYPE_{element_type}"),
                        "rank": len(shape), "dims_init": Encoded("{" + _init(shape) + "}"),
                        "bytes": _nbytes(shape, dtype)})
-    regions = []
+    regions: list[dict[str, Any]] = []
     for n in manifest.schedule:
         r = manifest.region(n)
         regions.append({"literal": _literal(r.name), "device": drivers.index(manifest.driver(r)),
@@ -108,13 +109,13 @@ def _index_checks(manifest: Manifest, inputs: list[dict], index: dict[str, int])
     for op in manifest.index_ops:
         common = {"op_literal": _literal(op.op), "node_literal": _literal(op.node), "dims": op.dims,
                   "dims_init": _init(op.dims), "valid_literal": _literal(op.valid)}
-        if op.status == "checked" and op.input in by_name:
+        if op.status == IndexStatus.CHECKED and op.input in by_name:
             t = by_name[op.input]
             checked.append({**common, "op": Encoded(names.c_comment(op.op)),
                             "node_doc": Encoded(names.c_comment(op.node)), "input_doc": t["doc"],
                             "valid_doc": Encoded(names.c_comment(op.valid)), "input_literal": t["literal"],
                             "field": t["ident"], "ctype": t["ctype"], "elements": t["elements"]})
-        elif op.status == "guarded" and op.flag is not None:
+        elif op.status == IndexStatus.GUARDED and op.flag is not None:
             guards.append({**common, "value": index[op.flag]})
     return checked, guards
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import keyword
 import re
+from typing import Callable
 
 MAX_IDENT = 48
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_]+")
@@ -19,7 +20,7 @@ def _digest(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
-def _identifier(name: str, taken: set[str] | None, reserved, lower: bool = False) -> str:
+def _identifier(name: str, taken: set[str] | None, reserved: Callable[[str], bool], lower: bool = False) -> str:
     """[A-Za-z0-9_], no leading digit or underscore, bounded length, suffixed with ``_`` when
     ``reserved(base)``, and unique against ``taken`` (then added)."""
     base = _NOT_IDENT.sub("_", name).strip("_") or "t"

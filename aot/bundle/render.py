@@ -8,7 +8,7 @@ template output raises, so a template cannot print an unencoded name by mistake.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import jinja2
 import numpy as np
@@ -57,7 +57,7 @@ def dtype_name(dtype: str) -> Encoded:
     return Encoded(np.dtype(dtype).name)
 
 
-def shape_text(shape) -> Encoded:
+def shape_text(shape: Iterable[int | str]) -> Encoded:
     """``[1, 3, 64, 64]`` or ``[N, 3, 64, 64]``: a shape for docs and comments (a symbol's name is
     the model's, shown in the display-only form no comment or docstring can be ended by)."""
     return Encoded("[" + ", ".join(names.py_doc(d, 20) if isinstance(d, str) else str(int(d)) for d in shape) + "]")

@@ -90,8 +90,8 @@ def write_stubs(manifest: Manifest, bundle: Path) -> Path:
         (pkg / "__init__.py").write_text("")
     shipped = out / "aot_runtime"
     shipped.mkdir()
-    for source in sorted(RUNTIME.glob("*.py")):
-        shutil.copyfile(source, shipped / source.name)
+    for module in sorted(RUNTIME.glob("*.py")):
+        shutil.copyfile(module, shipped / module.name)
     name, source = python_stub(manifest)
     path = out / name
     path.write_text(source)

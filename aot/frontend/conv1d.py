@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.conv_rewrite import conv_operands, rewrite_each
+from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, conv_operands, rewrite_each
 from aot.frontend.passes import PassResult
 
 MAX_POSITIONS = 8   # one Slice node per output position; longer outputs suit IREE's own tiling
@@ -28,7 +28,7 @@ def decompose_short_conv1ds(model: onnx.ModelProto) -> PassResult:
     return rewrite_each(model, _rewrite)
 
 
-def _rewrite(node: onnx.NodeProto, shapes, consts):
+def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> Replacement | None:
     """The windows and matmul replacing ``node`` when it is a 1-D Conv this pass handles."""
     ops = conv_operands(node, shapes, consts, "Conv", 3)
     if ops is None:
@@ -45,19 +45,20 @@ def _rewrite(node: onnx.NodeProto, shapes, consts):
     return _decompose(node, w, ops.b, stride, pads, x, positions)
 
 
-def _decompose(node, w, b, stride, pads, x, positions):
+def _decompose(node: onnx.NodeProto, w: np.ndarray, b: np.ndarray | None, stride: int, pads: tuple[int, ...],
+               x: tuple[int, ...], positions: int) -> Replacement:
     p = f"{node.name}.windows"
     (n, c, _), (o, _, k) = x, w.shape
     inits = [numpy_helper.from_array(np.ascontiguousarray(w.reshape(o, c * k).T), f"{p}.w"),
              numpy_helper.from_array(np.array([2], np.int64), f"{p}.axis"),
              numpy_helper.from_array(np.array([n, 1, c * k], np.int64), f"{p}.row")]
-    nodes = []
+    nodes: list[onnx.NodeProto] = []
     source = node.input[0]
     if any(pads):
         inits.append(numpy_helper.from_array(np.array([0, 0, pads[0], 0, 0, pads[1]], np.int64), f"{p}.pads"))
         nodes.append(helper.make_node("Pad", [source, f"{p}.pads"], [f"{p}.padded"], name=f"{p}.pad"))
         source = f"{p}.padded"
-    rows = []
+    rows: list[str] = []
     for pos in range(positions):
         q = f"{p}.{pos}"
         inits += [numpy_helper.from_array(np.array([pos * stride], np.int64), f"{q}.start"),

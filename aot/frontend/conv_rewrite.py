@@ -14,8 +14,11 @@ from onnx import helper, numpy_helper
 from aot.frontend.fold import static_shapes
 from aot.frontend.passes import PassResult, rewrite_result
 
+StaticShapes = dict[str, tuple[int, ...]]            # value -> its static shape (fold.static_shapes)
+Constants = dict[str, onnx.TensorProto]              # initializer name -> the initializer
+Replacement = tuple[list[onnx.NodeProto], list[onnx.TensorProto]]   # the nodes and initializers
 # (node, static shapes, constant initializers) -> the nodes and initializers replacing it, or None.
-Rewrite = Callable[[onnx.NodeProto, dict, dict], "tuple[list[onnx.NodeProto], list[onnx.TensorProto]] | None"]
+Rewrite = Callable[[onnx.NodeProto, StaticShapes, Constants], "Replacement | None"]
 
 
 def rewrite_each(model: onnx.ModelProto, rewrite: Rewrite) -> PassResult:
@@ -45,7 +48,8 @@ class ConvOperands:
     b: np.ndarray | None        # bias, if any
 
 
-def conv_operands(node: onnx.NodeProto, shapes: dict, consts: dict, op_type: str, rank: int) -> ConvOperands | None:
+def conv_operands(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants, op_type: str,
+                  rank: int) -> ConvOperands | None:
     """The operands of ``node`` when it is an ``op_type`` over a static rank-``rank`` input with
     constant float32 weights (and a constant bias, if it has one); else None."""
     if node.op_type != op_type or node.domain not in ("", "ai.onnx") or len(node.input) < 2:

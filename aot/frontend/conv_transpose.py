@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.conv_rewrite import conv_operands, rewrite_each
+from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, conv_operands, rewrite_each
 from aot.frontend.passes import PassResult
 
 
@@ -28,7 +28,7 @@ def decompose_strided_conv_transposes(model: onnx.ModelProto) -> PassResult:
     return rewrite_each(model, _rewrite)
 
 
-def _rewrite(node: onnx.NodeProto, shapes, consts):
+def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> Replacement | None:
     """The matmul and shuffle replacing ``node`` when it is a ConvTranspose this pass handles."""
     ops = conv_operands(node, shapes, consts, "ConvTranspose", 4)
     if ops is None:
@@ -45,7 +45,7 @@ def _rewrite(node: onnx.NodeProto, shapes, consts):
     return _decompose(node, w, ops.b, x)
 
 
-def _decompose(node, w, b, x):
+def _decompose(node: onnx.NodeProto, w: np.ndarray, b: np.ndarray | None, x: tuple[int, ...]) -> Replacement:
     p = f"{node.name}.shuffle"
     n, c, h, width = x
     o, (kh, kw) = w.shape[1], w.shape[2:]

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from aot.frontend.conv_rewrite import conv_operands, rewrite_each
+from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, conv_operands, rewrite_each
 from aot.frontend.passes import PassResult
 
 MIN_TAPS = 9    # 3x3 and up; smaller kernels are cheap either way
@@ -26,7 +26,7 @@ def decompose_depthwise_convs(model: onnx.ModelProto) -> PassResult:
     return rewrite_each(model, _rewrite)
 
 
-def _rewrite(node: onnx.NodeProto, shapes, consts):
+def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> Replacement | None:
     """The slices replacing ``node`` when it is a depthwise Conv this pass handles."""
     ops = conv_operands(node, shapes, consts, "Conv", 4)
     if ops is None:
@@ -40,12 +40,14 @@ def _rewrite(node: onnx.NodeProto, shapes, consts):
     return _decompose(node, w, ops.b, tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))), x)
 
 
-def _decompose(node, w, b, strides, pads, x):
+def _decompose(node: onnx.NodeProto, w: np.ndarray, b: np.ndarray | None, strides: tuple[int, ...],
+               pads: tuple[int, ...], x: tuple[int, ...]) -> Replacement:
     p = f"{node.name}.dw"
     channels, (kh, kw), (sh, sw) = x[1], w.shape[2:], strides
     height, width = x[2] + pads[0] + pads[2], x[3] + pads[1] + pads[3]
     oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
-    nodes, inits = [], [numpy_helper.from_array(np.array([2, 3], np.int64), f"{p}.axes"),
+    nodes: list[onnx.NodeProto] = []
+    inits = [numpy_helper.from_array(np.array([2, 3], np.int64), f"{p}.axes"),
                         numpy_helper.from_array(np.array([sh, sw], np.int64), f"{p}.steps")]
     source = node.input[0]
     if any(pads):
@@ -53,7 +55,7 @@ def _decompose(node, w, b, strides, pads, x):
                                              f"{p}.pads"))
         nodes.append(helper.make_node("Pad", [source, f"{p}.pads"], [f"{p}.padded"], name=f"{p}.pad"))
         source = f"{p}.padded"
-    total = None
+    total: str | None = None
     for i in range(kh):
         for j in range(kw):
             q = f"{p}.{i}.{j}"
@@ -66,6 +68,7 @@ def _decompose(node, w, b, strides, pads, x):
             if total is not None:
                 nodes.append(helper.make_node("Add", [total, f"{q}.prod"], [f"{q}.sum"], name=f"{q}.add"))
             total = f"{q}.sum" if total is not None else f"{q}.prod"
+    assert total is not None    # _rewrite takes only kernels of MIN_TAPS taps or more
     if b is not None:
         inits.append(numpy_helper.from_array(b.astype(np.float32).reshape(1, channels, 1, 1), f"{p}.bias"))
         nodes.append(helper.make_node("Add", [total, f"{p}.bias"], [node.output[0]], name=f"{p}.out"))

@@ -8,6 +8,8 @@ into each region that reads them. Folding uses ONNX's reference evaluator, one n
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -55,7 +57,7 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
     return PassResult(out, len(g.node) - len(kept))
 
 
-def with_nodes(model: onnx.ModelProto, nodes) -> onnx.ModelProto:
+def with_nodes(model: onnx.ModelProto, nodes: Iterable[onnx.NodeProto]) -> onnx.ModelProto:
     """A copy of `model` whose graph holds `nodes` instead of its own (rewrites never mutate
     the model they are given)."""
     out = onnx.ModelProto()
@@ -95,7 +97,7 @@ def prune(model: onnx.ModelProto) -> PassResult:
     return PassResult(out, len(alias) + unread)
 
 
-def subgraphs(node: onnx.NodeProto):
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs held by `node`'s attributes (If branches, Loop/Scan bodies)."""
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
@@ -104,7 +106,7 @@ def subgraphs(node: onnx.NodeProto):
             yield from a.graphs
 
 
-def rename_values(node: onnx.NodeProto, rename) -> None:
+def rename_values(node: onnx.NodeProto, rename: Callable[[str], str]) -> None:
     """Apply `rename` (name -> name) to every value `node` reads or writes, in place, and in every
     subgraph it holds, captures included (ONNX forbids shadowing, so a name means the same value
     at every depth). Empty names (omitted optional inputs) stay empty."""
@@ -117,7 +119,7 @@ def rename_values(node: onnx.NodeProto, rename) -> None:
             vi.name = rename(vi.name)
 
 
-def _referenced(nodes) -> set[str]:
+def _referenced(nodes: Iterable[onnx.NodeProto]) -> set[str]:
     """Names the nodes read, including captures inside their subgraphs (If/Loop bodies)."""
     names: set[str] = set()
     for n in nodes:

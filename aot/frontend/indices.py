@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from aot.frontend.fold import static_shapes, with_nodes
 from aot.frontend.ranges import integer_ranges
-from aot.runtime.manifest import IndexOp
+from aot.runtime.manifest import IndexOp, IndexStatus
 
 # op -> which input holds the indices. Negative indices count from the end in all of them.
 INDEXING = {"Gather": 1, "GatherElements": 1, "GatherND": 1, "ScatterElements": 1, "Scatter": 1, "ScatterND": 1}
@@ -50,28 +50,30 @@ def index_safety(model: onnx.ModelProto, guard: bool = True) -> tuple[onnx.Model
             continue
         if node.op_type in DEFINED:
             depth = constants.get(node.input[1])
-            dims = (int(numpy_helper.to_array(depth).reshape(-1)[0]),) if depth is not None else ()
-            ops.append(IndexOp(node.name, node.op_type, node.input[DEFINED[node.op_type]], dims, "defined"))
+            depth_dims = (int(numpy_helper.to_array(depth).reshape(-1)[0]),) if depth is not None else ()
+            ops.append(IndexOp(node.name, node.op_type, node.input[DEFINED[node.op_type]], depth_dims,
+                               IndexStatus.DEFINED))
             continue
         if node.op_type not in INDEXING:
             continue
         indices = node.input[INDEXING[node.op_type]]
-        dims = _indexed_dims(node, shapes)
-        if dims is None:     # shapes unknown: cannot bound it; guard it like a computed index
-            dims = ()
+        indexed = _indexed_dims(node, shapes)
+        # shapes unknown: cannot bound it; guard it like a computed index
+        dims = indexed if indexed is not None else ()
         interval = ranges.get(indices)
         if dims and (_constant_in_range(constants.get(indices), dims) or interval is not None and all(
                 -d <= interval[0] and interval[1] <= d - 1 for d in dims)):
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "proved"))
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.PROVED))
             continue
         source = _model_input(indices, producers, inputs, direct=len(dims) > 1)
         if source is not None and dims:
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "checked", input=source))
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.CHECKED, input=source))
         elif guard and dims:
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "guarded", flag=FLAG_PREFIX + node.name))
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.GUARDED,
+                               flag=FLAG_PREFIX + node.name))
         else:
-            ops.append(IndexOp(node.name, node.op_type, indices, dims, "unguarded"))
-    guarded = [op for op in ops if op.status == "guarded"]
+            ops.append(IndexOp(node.name, node.op_type, indices, dims, IndexStatus.UNGUARDED))
+    guarded = [op for op in ops if op.status == IndexStatus.GUARDED]
     return (_insert_guards(model, guarded) if guarded else model), tuple(ops)
 
 
@@ -140,7 +142,7 @@ def _insert_guards(model: onnx.ModelProto, guarded: list[IndexOp]) -> onnx.Model
         nodes.append(node)
     out = with_nodes(model, nodes)
     out.graph.initializer.extend(constants)
-    out.graph.output.extend(helper.make_tensor_value_info(op.flag, onnx.TensorProto.INT32, []) for op in guarded)
+    out.graph.output.extend(helper.make_tensor_value_info(_flag(op), onnx.TensorProto.INT32, []) for op in guarded)
     return out
 
 
@@ -159,9 +161,16 @@ def _guard(op: IndexOp, dtype: np.dtype) -> tuple[str, list[onnx.NodeProto], lis
         helper.make_node("Or", [f"{p}.below", f"{p}.above"], [f"{p}.bad"], name=f"{p}.bad"),
         helper.make_node("Where", [f"{p}.bad", f"{p}.zero", op.indices], [f"{p}.safe"], name=f"{p}.safe"),
         helper.make_node("Cast", [f"{p}.bad"], [f"{p}.bad_i32"], name=f"{p}.cast", to=onnx.TensorProto.INT32),
-        helper.make_node("ReduceSum", [f"{p}.bad_i32"], [op.flag], name=f"{p}.count", keepdims=0),
+        helper.make_node("ReduceSum", [f"{p}.bad_i32"], [_flag(op)], name=f"{p}.count", keepdims=0),
     ]
     return f"{p}.safe", nodes, constants
+
+
+def _flag(op: IndexOp) -> str:
+    """The output that counts a guarded op's out-of-range indices (every guarded op has one)."""
+    if op.flag is None:
+        raise ValueError(f"guarded index op {op.node!r} has no flag output")
+    return op.flag
 
 
 def _with_input(node: onnx.NodeProto, index: int, value: str) -> onnx.NodeProto:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import Any, Iterable
 
 import numpy as np
 import onnx
@@ -196,17 +197,17 @@ def _parse(raw: bytes, path: Path) -> onnx.ModelProto:
     return model
 
 
-def _non_utf8_string(message) -> str | None:
+def _non_utf8_string(message: Any) -> str | None:
     """The first string field protobuf could not decode (it hands those back as bytes): names,
-    op types, domains and docs are text in ONNX, and every later stage treats them as such."""
-    from google.protobuf.descriptor import FieldDescriptor
-
+    op types, domains and docs are text in ONNX, and every later stage treats them as such.
+    ``message``: any ONNX protobuf message (protobuf ships no type stubs); the field type
+    constants are read off the field descriptor, so google.protobuf is not imported here."""
     for field, value in message.ListFields():
-        if field.type == FieldDescriptor.TYPE_STRING:
+        if field.type == field.TYPE_STRING:
             values = value if field.is_repeated else [value]
             if any(isinstance(v, bytes) for v in values):
                 return f"{field.containing_type.name}.{field.name}"
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.type == field.TYPE_MESSAGE:
             items = value if field.is_repeated else [value]
             for item in items:
                 found = _non_utf8_string(item)
@@ -354,7 +355,7 @@ def _count_nodes(graph: onnx.GraphProto) -> int:
                                  if a.type == onnx.AttributeProto.GRAPH)
 
 
-def _check_tensor_sizes(values, path: Path) -> None:
+def _check_tensor_sizes(values: Iterable[onnx.ValueInfoProto], path: Path) -> None:
     for v in values:
         dims = [d.dim_value for d in v.type.tensor_type.shape.dim if d.HasField("dim_value")]
         elements = int(np.prod(dims, dtype=object)) if dims else 0

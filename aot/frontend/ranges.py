@@ -9,7 +9,7 @@ an interval may be wider than the values that occur, never narrower. Index guard
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx
@@ -18,7 +18,8 @@ from onnx import numpy_helper
 from aot.frontend.fold import static_shapes
 
 Interval = tuple[int, int]
-_Rule = Callable[[onnx.NodeProto, list["Interval | None"], dict[str, tuple[int, ...]]], "Interval | None"]
+Shapes = dict[str, tuple[int, ...]]
+_Rule = Callable[[onnx.NodeProto, list["Interval | None"], Shapes], "Interval | None"]
 
 # Ops whose output values are some of their first input's values (moved, repeated or selected).
 _SAME = frozenset({"Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand", "Tile",
@@ -82,61 +83,98 @@ def _transfer(node: onnx.NodeProto, args: list[Interval | None], shapes: dict[st
     return None
 
 
-def _known(args: list[Interval | None], n: int) -> bool:
-    return len(args) >= n and all(a is not None for a in args[:n])
+def _known(args: list[Interval | None], n: int) -> list[Interval] | None:
+    """The first ``n`` intervals when there are ``n`` and every one is known; else None."""
+    first = args[:n]
+    if len(first) < n:
+        return None
+    known = [a for a in first if a is not None]
+    return known if len(known) == n else None
 
 
 def _arith(f: Callable[[int, int], int]) -> _Rule:
-    def rule(node, args, shapes):
-        if not _known(args, 2):
+    def rule(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+        known = _known(args, 2)
+        if known is None:
             return None
-        corners = [f(a, b) for a in args[0] for b in args[1]]
+        corners = [f(a, b) for a in known[0] for b in known[1]]
         return (min(corners), max(corners))
     return rule
 
 
-def _union(node, args, shapes):
+def _pick(f: Callable[[Iterable[int]], int]) -> _Rule:
+    """Max/Min: ``f`` of the lower bounds, ``f`` of the upper bounds."""
+    def rule(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+        known = _known(args, len(args)) if args else None
+        if known is None:
+            return None
+        return (f(a[0] for a in known), f(a[1] for a in known))
+    return rule
+
+
+def _neg(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+    known = _known(args, 1)
+    return (-known[0][1], -known[0][0]) if known is not None else None
+
+
+def _abs(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+    known = _known(args, 1)
+    if known is None:
+        return None
+    lo, hi = known[0]
+    return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
+
+
+def _boolean(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+    return (0, 1)
+
+
+def _union(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
     used = [a for a in args if a is not None]
     if len(used) != len([v for v in node.input if v]) or not used:
         return None
     return (min(a[0] for a in used), max(a[1] for a in used))
 
 
-def _where(node, args, shapes):
-    if not _known(args[1:], 2):
+def _where(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+    known = _known(args[1:], 2)
+    if known is None:
         return None
-    return (min(args[1][0], args[2][0]), max(args[1][1], args[2][1]))
+    return (min(known[0][0], known[1][0]), max(known[0][1], known[1][1]))
 
 
-def _clip(node, args, shapes):
-    lo = args[1][0] if len(args) > 1 and args[1] is not None else None
-    hi = args[2][1] if len(args) > 2 and args[2] is not None else None
-    base = args[0] or (-math.inf, math.inf)
+def _clip(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+    lo_arg, hi_arg = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else None)
+    lo = lo_arg[0] if lo_arg is not None else None
+    hi = hi_arg[1] if hi_arg is not None else None
+    base: tuple[float, float] = args[0] or (-math.inf, math.inf)
     new = (max(base[0], lo) if lo is not None else base[0], min(base[1], hi) if hi is not None else base[1])
     return None if math.inf in map(abs, new) else (int(new[0]), int(new[1]))
 
 
-def _mod(node, args, shapes):
+def _mod(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
     fmod = next((a.i for a in node.attribute if a.name == "fmod"), 0)
-    if len(args) < 2 or args[1] is None or args[1][0] <= 0:
+    divisor = args[1] if len(args) >= 2 else None
+    if divisor is None or divisor[0] <= 0:
         return None
-    d = args[1][1]
+    d = divisor[1]
     if fmod == 0:  # the result takes the divisor's sign: positive divisors give [0, d-1]
         return (0, d - 1)
     return (-(d - 1), d - 1)
 
 
-def _div(node, args, shapes):
-    if not _known(args, 2) or args[1][0] <= 0:
+def _div(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
+    known = _known(args, 2)
+    if known is None or known[1][0] <= 0:
         return None    # a divisor range through zero or below: skip (rare for indices)
     # Integer division truncates toward zero; for a positive divisor it is monotonic in the dividend.
-    corners = [int(a / b) for a in args[0] for b in args[1]]
+    corners = [int(a / b) for a in known[0] for b in known[1]]
     return (min(corners), max(corners))
 
 
 def _index_of(axis_input: int) -> _Rule:
     """ArgMax/ArgMin/TopK/NonZero: positions along an axis of their first input."""
-    def rule(node, args, shapes):
+    def rule(node: onnx.NodeProto, args: list[Interval | None], shapes: Shapes) -> Interval | None:
         shape = shapes.get(node.input[0])
         if shape is None:
             return None
@@ -151,13 +189,10 @@ _RULES: dict[str, _Rule] = {
     "Add": _arith(lambda a, b: a + b),
     "Sub": _arith(lambda a, b: a - b),
     "Mul": _arith(lambda a, b: a * b),
-    "Max": lambda node, args, shapes: (max(a[0] for a in args), max(a[1] for a in args))
-    if args and all(a is not None for a in args) else None,
-    "Min": lambda node, args, shapes: (min(a[0] for a in args), min(a[1] for a in args))
-    if args and all(a is not None for a in args) else None,
-    "Neg": lambda node, args, shapes: (-args[0][1], -args[0][0]) if _known(args, 1) else None,
-    "Abs": lambda node, args, shapes: ((0 if args[0][0] <= 0 <= args[0][1] else min(map(abs, args[0]))),
-                                       max(map(abs, args[0]))) if _known(args, 1) else None,
+    "Max": _pick(max),
+    "Min": _pick(min),
+    "Neg": _neg,
+    "Abs": _abs,
     "Concat": _union,
     "Where": _where,
     "Clip": _clip,
@@ -167,7 +202,7 @@ _RULES: dict[str, _Rule] = {
     "ArgMin": _index_of(0),
     "TopK": _index_of(-1),
     "NonZero": _index_of(0),
-    **{op: (lambda node, args, shapes: (0, 1)) for op in
+    **{op: _boolean for op in
        ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf")},
 }
 

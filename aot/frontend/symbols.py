@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import AbstractSet, Mapping
 
 from aot.frontend.load import is_fixed, read_model
 from aot.runtime.shapes import Axis
@@ -52,7 +52,8 @@ class SymbolicInputs:
                      for name, dims in self.shapes if any(isinstance(d, str) for d in dims))
 
 
-def symbolic_inputs(path: Path, pinned: set[str] = frozenset(), constants: set[str] = frozenset()) -> SymbolicInputs:
+def symbolic_inputs(path: Path, pinned: AbstractSet[str] = frozenset(),
+                    constants: AbstractSet[str] = frozenset()) -> SymbolicInputs:
     """The inputs not pinned by ``--input-shape`` or baked in, as the model declares them."""
     model = read_model(path)
     inits = {t.name for t in model.graph.initializer}

@@ -96,7 +96,7 @@ def expand_reflect_pad(model: onnx.ModelProto) -> PassResult:
         mode = next((a.s for a in node.attribute if a.name == "mode"), b"constant")
         x = shapes.get(node.input[0]) if node.op_type == "Pad" and mode == b"reflect" else None
         pads = consts.get(node.input[1]) if x and len(node.input) > 1 else None
-        if pads is None or 0 in x or (len(node.input) > 3 and node.input[3]) or (pads < 0).any() \
+        if x is None or pads is None or 0 in x or (len(node.input) > 3 and node.input[3]) or (pads < 0).any() \
                 or any(p >= n for p, n in zip(pads, x * 2)):
             nodes.append(node)
             continue

@@ -7,12 +7,12 @@ import json
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, cast
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.partition import order
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL, HOST, Device, Group
 from aot.runtime import lanes
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
@@ -47,7 +47,7 @@ class CostModel:
         return cls(DeviceModel(**data["host"]), DeviceModel(**accel["device"]),
                    accel["link_gbps"], accel["hop_us"], source)
 
-    def device(self, which: str) -> DeviceModel:
+    def device(self, which: Device) -> DeviceModel:
         return self.accel if which == ACCEL else self.host
 
     def transfer_us(self, nbytes: int) -> float:
@@ -76,7 +76,7 @@ def node_flops(node: Node, view: GraphView) -> int:
     if op == ATTENTION and len(ins) > 1 and ins[1]:
         return 4 * _numel(out) * ins[1][-2]   # Q·Kᵀ and P·V over S keys: 2·L·S·E each
     if op in ("MaxPool", "AveragePool"):
-        return _numel(out) * prod(node.attr("kernel_shape", (1,)))
+        return _numel(out) * prod(cast("tuple[int, ...]", node.attr("kernel_shape", (1,))))   # an ints attribute
     if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
         return _numel(ins[0]) if ins else 0
     if op in ("Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization"):
@@ -97,7 +97,7 @@ class RegionEstimate:
     estimated_us: float
 
 
-def region_estimate(nodes: tuple[str, ...], device: str, view: GraphView, model: CostModel) -> RegionEstimate:
+def region_estimate(nodes: tuple[str, ...], device: Device, view: GraphView, model: CostModel) -> RegionEstimate:
     ns = [view.node(n) for n in nodes]
     flops = sum(node_flops(n, view) for n in ns)
     return RegionEstimate(sum(n.is_compute for n in ns), flops,
@@ -113,16 +113,16 @@ class PlanCost:
     hops: int
 
 
-def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphView, model: CostModel) -> PlanCost:
-    """``regions``: name -> (device, nodes). Graph inputs and outputs live on the host."""
-    owner = {n: name for name, (_, nodes) in regions.items() for n in nodes}
-    device = {name: dev for name, (dev, _) in regions.items()}
+def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel) -> PlanCost:
+    """``regions``: name -> its device and nodes. Graph inputs and outputs live on the host."""
+    owner = {n: name for name, group in regions.items() for n in group.nodes}
+    device = {name: group.device for name, group in regions.items()}
     compute = []
-    for name, (dev, nodes) in regions.items():
-        ns = [view.node(n) for n in nodes]
-        compute.append((name, model.device(dev).time_us(sum(node_flops(n, view) for n in ns),
+    for name, group in regions.items():
+        ns = [view.node(n) for n in group.nodes]
+        compute.append((name, model.device(group.device).time_us(sum(node_flops(n, view) for n in ns),
                                                        sum(node_bytes(n, view) for n in ns))))
-    crossings: set[tuple[str, str]] = set()   # (value, device it must reach)
+    crossings: set[tuple[str, Device]] = set()   # (value, device it must reach)
     waits: dict[str, set[str]] = {name: set() for name in regions}   # region -> regions it reads from
     for node in view.nodes:
         here = device[owner[node.name]]
@@ -143,7 +143,7 @@ def plan_cost(regions: Mapping[str, tuple[str, tuple[str, ...]]], view: GraphVie
     return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
 
 
-def _lanes_us(regions: Mapping[str, tuple[str, tuple[str, ...]]], waits: Mapping[str, set[str]], view: GraphView,
+def _lanes_us(regions: Mapping[str, Group], waits: Mapping[str, set[str]], view: GraphView,
               compute: Mapping[str, float]) -> float:
     """Compute time as the runtime spends it: a lane per device, so regions on different devices
     with no path between them overlap (runtime/lanes.py); a chain costs the sum of its regions."""
@@ -152,7 +152,7 @@ def _lanes_us(regions: Mapping[str, tuple[str, tuple[str, ...]]], waits: Mapping
         for p in producers:
             edges[p].add(consumer)
     position = {n.name: i for i, n in enumerate(view.nodes)}
-    device = {name: dev for name, (dev, _) in regions.items()}
-    first_seen = {name: min((position[n] for n in nodes), default=0) for name, (_, nodes) in regions.items()}
+    device = {name: group.device for name, group in regions.items()}
+    first_seen = {name: min((position[n] for n in group.nodes), default=0) for name, group in regions.items()}
     schedule = order.schedule(device, edges, first_seen)
     return lanes.finish_time(schedule, device, {r: tuple(w) for r, w in waits.items()}, compute)

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from aot.frontend.graph import GraphView
 from aot.partition import regions
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL, HOST, Device, Group
 
 
 class _Quotient:
@@ -62,8 +62,8 @@ class _Quotient:
         self.succ[keep].discard(keep); self.pred[keep].discard(keep)
 
 
-def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[str, ...]]]:
-    """Same contract as ``regions.merge``: (label, nodes in topological order) per region."""
+def merge(view: GraphView, labels: Mapping[str, Device]) -> list[Group]:
+    """Same contract as ``regions.merge``: a group (label, nodes in topological order) per region."""
     q = _Quotient(view)
     label = dict(labels)
     visited: set[str] = set()
@@ -89,10 +89,10 @@ def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[s
         visited.add(v)
     _group_host(q, label)
     order = q.order
-    out = [(label[v], tuple(sorted(m, key=order.__getitem__))) for v, m in q.members.items()]
+    out = [Group(label[v], tuple(sorted(m, key=order.__getitem__))) for v, m in q.members.items()]
     # Growth only looks at neighbours; regions it leaves apart that could be one without a
     # cycle (parallel attention branches, say) are fused afterwards.
-    return regions.fuse(view, sorted(out, key=lambda item: order[item[1][0]]))
+    return regions.fuse(view, sorted(out, key=lambda group: order[group.nodes[0]]))
 
 
 def _find(q: _Quotient, node: str) -> str:
@@ -102,7 +102,7 @@ def _find(q: _Quotient, node: str) -> str:
     raise KeyError(node)
 
 
-def _group_host(q: _Quotient, label: dict[str, str]) -> None:
+def _group_host(q: _Quotient, label: dict[str, Device]) -> None:
     changed = True
     while changed:
         changed = False

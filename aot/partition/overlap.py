@@ -19,9 +19,8 @@ from typing import Callable
 
 from aot.frontend.graph import GraphView
 from aot.partition.cost import CostModel, plan_cost
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import ACCEL, HOST, Group, Groups
 
-Groups = list[tuple[str, tuple[str, ...]]]
 # The least estimated saving, as a share of the plan's time, that pays for a split. The cost model
 # treats devices as independent; lavapipe shares the host's cores (the two-branch example overlaps
 # 1.2x where independent devices would reach 1.48x, docs/buckets.md), so small gains would not survive.
@@ -56,19 +55,20 @@ def _splits(groups: Groups, view: GraphView) -> list[tuple[Groups, tuple[str, ..
     """Every (region, other-device region) split: the region's nodes reached from the other region
     (the tail) go to a new region right after it, on the same device or, for an accelerator
     region, on the host. Each with the accelerator nodes it moves to the host."""
-    out = []
-    for other_device, other_nodes in groups:
-        reached = _descendants(other_nodes, view)
-        for i, (device, nodes) in enumerate(groups):
-            if device == other_device:
+    out: list[tuple[Groups, tuple[str, ...]]] = []
+    for other in groups:
+        reached = _descendants(other.nodes, view)
+        for i, group in enumerate(groups):
+            if group.device == other.device:
                 continue
-            tail = tuple(n for n in nodes if n in reached)
-            head = tuple(n for n in nodes if n not in reached)
+            tail = tuple(n for n in group.nodes if n in reached)
+            head = tuple(n for n in group.nodes if n not in reached)
             if not (head and tail):
                 continue
-            out.append(([*groups[:i], (device, head), (device, tail), *groups[i + 1:]], ()))
-            if device == ACCEL:
-                out.append(([*groups[:i], (device, head), (HOST, tail), *groups[i + 1:]], tail))
+            first = Group(group.device, head)
+            out.append(([*groups[:i], first, Group(group.device, tail), *groups[i + 1:]], ()))
+            if group.device == ACCEL:
+                out.append(([*groups[:i], first, Group(HOST, tail), *groups[i + 1:]], tail))
     return out
 
 

@@ -15,7 +15,7 @@ from aot.partition import order, policies, select
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.overlap import split_for_overlap
 from aot.partition.plan import Gate, GateMode, Plan, Region, region_edges, validate
-from aot.partition.support import ACCEL, HOST, Label, Overrides, SupportTable, label
+from aot.partition.support import ACCEL, HOST, Device, Group, Groups, Label, Overrides, SupportTable, label
 
 @dataclass(frozen=True, slots=True)
 class PartitionOptions:
@@ -39,13 +39,13 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     labels = label(view, table, options.overrides)
     merge = policies.get(options.policy)
 
-    def moves_of(groups: list[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    def moves_of(groups: Groups) -> dict[str, str]:
         """Nodes the judgment or the selection sends to the host, and why."""
         moves = judge(groups, view, table) if table else {}
         if not moves:
             for i, why in select.rejected(groups, view, options.select, options.min_compute,
                                           options.threshold, cost).items():
-                moves.update({n: why for n in groups[i][1]})
+                moves.update({n: why for n in groups[i].nodes})
         # A node the user forced onto the accelerator stays there whatever happens to its region.
         return {n: why for n, why in moves.items()
                 if labels[n].device == ACCEL and options.overrides.decide(view.node(n)) is None}
@@ -65,26 +65,26 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     return plan
 
 
-def judge(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, table: SupportTable) -> dict[str, str]:
+def judge(groups: Groups, view: GraphView, table: SupportTable) -> dict[str, str]:
     """Merge judgment for "specific" results: a region that would hand one on to another region
     (or out of the model from the accelerator) is merged with its consumer and the union goes to
     the host. Returns node -> reason for every node that must move."""
-    owner = {n: i for i, (_, nodes) in enumerate(groups) for n in nodes}
+    owner = {n: i for i, group in enumerate(groups) for n in group.nodes}
     moves: dict[str, str] = {}
-    for i, (dev, nodes) in enumerate(groups):
-        for n in nodes:
+    for i, group in enumerate(groups):
+        for n in group.nodes:
             node = view.node(n)
             for v in node.outputs:
                 consumers = {owner[c] for c in view.consumers(v)} - {i}
-                leaves = bool(consumers) or (v in view.outputs and dev == ACCEL)
+                leaves = bool(consumers) or (v in view.outputs and group.device == ACCEL)
                 if not leaves:
                     continue
                 d = table.may_cross(node, v, view)
                 if d.supported:
                     continue
                 for j in {i} | consumers:
-                    if groups[j][0] == ACCEL:
-                        for m in groups[j][1]:
+                    if groups[j].device == ACCEL:
+                        for m in groups[j].nodes:
                             moves.setdefault(m, f"merged to the host with a region that reads {n!r}: {d.reason}")
     return moves
 
@@ -92,9 +92,9 @@ def judge(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, table: Sup
 def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) -> Plan:
     """Ship the partitioned plan only if it beats the best single-device plan."""
     nodes = tuple(n.name for n in view.nodes)
-    partitioned = plan_cost({r.name: (r.device, r.nodes) for r in plan.regions}, view, cost).total_us
-    host = plan_cost({"all": (HOST, nodes)}, view, cost).total_us
-    accel = plan_cost({"all": (ACCEL, nodes)}, view, cost).total_us if all_accel_ok else None
+    partitioned = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost).total_us
+    host = plan_cost({"all": Group(HOST, nodes)}, view, cost).total_us
+    accel = plan_cost({"all": Group(ACCEL, nodes)}, view, cost).total_us if all_accel_ok else None
     singles = [(host, HOST)] + ([(accel, ACCEL)] if accel is not None else [])
     best_single, best_device = min(singles)
     numbers = (f"estimated partitioned {partitioned:.1f} us vs all-host {host:.1f} us"
@@ -108,10 +108,9 @@ def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) ->
     return Plan(single.regions, single.schedule, reasons, Gate(False, partitioned, host, accel, numbers))
 
 
-def plan_from_groups(view: GraphView, groups: list[tuple[str, tuple[str, ...]]],
-                     reasons: dict[str, str] | None = None) -> Plan:
+def plan_from_groups(view: GraphView, groups: Groups, reasons: dict[str, str] | None = None) -> Plan:
     """Name regions r0, r1, ... and schedule them."""
-    regs = tuple(Region(f"r{i}", dev, nodes) for i, (dev, nodes) in enumerate(groups))
+    regs = tuple(Region(f"r{i}", group.device, group.nodes) for i, group in enumerate(groups))
     draft = Plan(regs, tuple(r.name for r in regs))
     first = {n.name: i for i, n in enumerate(view.nodes)}
     sched = order.schedule({r.name: r.device for r in regs}, region_edges(draft, view),
@@ -119,8 +118,8 @@ def plan_from_groups(view: GraphView, groups: list[tuple[str, tuple[str, ...]]],
     return Plan(regs, sched, tuple(sorted((reasons or {}).items())))
 
 
-def single_region_plan(view: GraphView, device: str = HOST) -> Plan:
-    return plan_from_groups(view, [(device, tuple(n.name for n in view.nodes))])
+def single_region_plan(view: GraphView, device: Device = HOST) -> Plan:
+    return plan_from_groups(view, [Group(device, tuple(n.name for n in view.nodes))])
 
 
 def suggestions(view: GraphView, options: PartitionOptions, plan: Plan) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
-from aot.partition.support import ACCEL, HOST
+from aot.partition.support import Device
 from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.manifest import HostRuntime
@@ -21,7 +21,7 @@ PLAN_VERSION = 1
 @dataclass(frozen=True, slots=True)
 class Region:
     name: str
-    device: str                 # ACCEL or HOST
+    device: Device
     nodes: tuple[str, ...]      # node names in topological order
     # Optimisation flags pinned by a search (tuning): a build of this plan compiles the region with
     # exactly these instead of its target's defaults, and searches nothing. None: the defaults.
@@ -82,6 +82,10 @@ class Plan:
         try:
             if isinstance(data, dict) and not data.get("schedule") and isinstance(data.get("regions"), list):
                 data = {**data, "schedule": [r.get("name") for r in data["regions"] if isinstance(r, dict)]}
+            for r in data.get("regions") or ():
+                if isinstance(r, dict) and "device" in r and r["device"] not in {d.value for d in Device}:
+                    raise PartitionError(f"region {r.get('name')!r} has unknown device {r['device']!r}",
+                                         hint="use 'accel' or 'host'")
             return codec.decode_fields(cls, {**data, "host_reasons": data.get("host_reasons") or {}})
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PartitionError(f"plan file is malformed: missing or wrong field {e}",
@@ -169,7 +173,7 @@ def validate(plan: Plan, view: GraphView) -> None:
     if len(set(names)) != len(names):
         raise PartitionError("plan has two regions with the same name")
     for r in plan.regions:
-        if r.device not in (ACCEL, HOST):
+        if r.device not in tuple(Device):      # a plan built in Python: a plan file's is read as one
             raise PartitionError(f"region {r.name!r} has unknown device {r.device!r}", hint="use 'accel' or 'host'")
         if not r.nodes:
             raise PartitionError(f"region {r.name!r} is empty")

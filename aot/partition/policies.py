@@ -1,7 +1,8 @@
 """Region-forming policies, registered by name: the one partitioning pipeline plugs one in.
 
-A policy turns per-node labels ("accel"/"host") into groups of same-label nodes, in an order the
-partitioner can schedule, and never forms a cycle between groups. Register a new one with
+A policy turns per-node labels (a ``Device``) into groups of same-label nodes (``Group``: the
+device and its nodes in topological order), in an order the partitioner can schedule, and never
+forms a cycle between groups. Register a new one with
 ``register("name", merge)``; ``aot build --policy name`` then selects it.
 """
 
@@ -12,9 +13,9 @@ from typing import Callable, Mapping
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
 from aot.partition import depth, regions
+from aot.partition.support import Device, Groups
 
-Groups = list[tuple[str, tuple[str, ...]]]   # (label, node names in topological order)
-MergePolicy = Callable[[GraphView, Mapping[str, str]], Groups]
+MergePolicy = Callable[[GraphView, Mapping[str, Device]], Groups]
 
 _REGISTRY: dict[str, MergePolicy] = {}
 

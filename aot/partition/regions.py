@@ -8,12 +8,21 @@ on a path between them. Every step keeps the region graph acyclic, so the result
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Hashable, Iterable, Mapping, Protocol, TypeVar
 
 from aot.frontend.graph import GraphView
+from aot.partition.support import Device, Group
+
+V = TypeVar("V", bound=Hashable)
 
 
-def path_exists(succ, src, dst, *, skip_direct: bool = False) -> bool:
+class Successors(Protocol[V]):
+    """vertex -> its successors: a dict of them, or a list indexed by vertex number."""
+
+    def __getitem__(self, vertex: V, /) -> Iterable[V]: ...
+
+
+def path_exists(succ: Successors[V], src: V, dst: V, *, skip_direct: bool = False) -> bool:
     """Is there a path src -> ... -> dst in the graph ``succ`` (vertex -> successors)? With
     ``skip_direct``, only a path through some other vertex counts."""
     stack = [s for s in succ[src] if not (skip_direct and s == dst)]
@@ -32,12 +41,12 @@ def path_exists(succ, src, dst, *, skip_direct: bool = False) -> bool:
 class _RegionGraph:
     def __init__(self) -> None:
         self.members: list[list[str]] = []
-        self.label: list[str] = []
+        self.label: list[Device] = []
         self.succ: list[set[int]] = []
         self.pred: list[set[int]] = []
         self.alive: list[bool] = []
 
-    def new(self, label: str) -> int:
+    def new(self, label: Device) -> int:
         self.members.append([]); self.label.append(label)
         self.succ.append(set()); self.pred.append(set()); self.alive.append(True)
         return len(self.members) - 1
@@ -60,11 +69,11 @@ class _RegionGraph:
         self.alive[gone] = False; self.members[gone] = []
 
 
-def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+def merge(view: GraphView, labels: Mapping[str, Device]) -> list[Group]:
     """Group nodes into label-homogeneous regions with an acyclic region graph.
 
-    ``labels`` maps node name -> label. Returns (label, node names in topological order) per
-    region, regions in order of their first node.
+    ``labels`` maps node name -> label. Returns a group (label, node names in topological order)
+    per region, regions in order of their first node.
     """
     g = _RegionGraph()
     region_of: dict[str, int] = {}
@@ -83,27 +92,27 @@ def merge(view: GraphView, labels: Mapping[str, str]) -> list[tuple[str, tuple[s
     return _finish(view, g)
 
 
-def fuse(view: GraphView, groups: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
+def fuse(view: GraphView, groups: list[Group]) -> list[Group]:
     """Fuse same-label regions of any grouping wherever no cycle can form (used after other
     policies, so every policy gets the same cycle-safe fusion)."""
     g = _RegionGraph()
-    region_of = {}
-    for label, nodes in groups:
-        r = g.new(label)
-        g.members[r].extend(nodes)
-        region_of.update({n: r for n in nodes})
+    region_of: dict[str, int] = {}
+    for group in groups:
+        r = g.new(group.device)
+        g.members[r].extend(group.nodes)
+        region_of.update({n: r for n in group.nodes})
     for node in view.nodes:
         for p in view.predecessors(node.name):
             g.edge(region_of[p], region_of[node.name])
     return _finish(view, g)
 
 
-def _finish(view: GraphView, g: _RegionGraph) -> list[tuple[str, tuple[str, ...]]]:
+def _finish(view: GraphView, g: _RegionGraph) -> list[Group]:
     _fuse_regions(g)
     order = {n.name: i for i, n in enumerate(view.nodes)}
-    out = [(g.label[r], tuple(sorted(g.members[r], key=order.__getitem__)))
+    out = [Group(g.label[r], tuple(sorted(g.members[r], key=order.__getitem__)))
            for r in range(len(g.members)) if g.alive[r]]
-    return sorted(out, key=lambda item: order[item[1][0]])
+    return sorted(out, key=lambda group: order[group.nodes[0]])
 
 
 def _fuse_regions(g: _RegionGraph) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aot.frontend.graph import GraphView
 from aot.partition.cost import CostModel, node_bytes, node_flops
 from aot.partition.plan import boundary
-from aot.partition.support import ACCEL
+from aot.partition.support import ACCEL, Groups
 
 MODES = ("all", "largest", "threshold", "largest+threshold", "cost")
 
@@ -29,11 +29,11 @@ def amount(nodes: tuple[str, ...], view: GraphView) -> Amount:
     return Amount(sum(n.is_compute for n in ns), sum(node_flops(n, view) for n in ns), sum(node_bytes(n, view) for n in ns))
 
 
-def rejected(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, mode: str, min_compute: int,
+def rejected(groups: Groups, view: GraphView, mode: str, min_compute: int,
              threshold: int, cost: CostModel | None) -> dict[int, str]:
     """Index of each accelerator group to demote -> why."""
-    accel = [i for i, (dev, _) in enumerate(groups) if dev == ACCEL]
-    amounts = {i: amount(groups[i][1], view) for i in accel}
+    accel = [i for i, group in enumerate(groups) if group.device == ACCEL]
+    amounts = {i: amount(groups[i].nodes, view) for i in accel}
     out: dict[int, str] = {}
     for i in accel:
         if amounts[i].compute_nodes < min_compute:
@@ -53,7 +53,7 @@ def rejected(groups: list[tuple[str, tuple[str, ...]]], view: GraphView, mode: s
             out[i] = (f"--select largest+threshold: not the largest region and {a.compute_nodes} compute "
                       f"nodes < --threshold {threshold}")
         elif mode == "cost" and cost is not None:
-            saving, transfers = region_saving(groups[i][1], view, cost)
+            saving, transfers = region_saving(groups[i].nodes, view, cost)
             if saving <= transfers:
                 out[i] = (f"--select cost: saves {saving:.1f} us of compute but its transfers cost "
                           f"{transfers:.1f} us")

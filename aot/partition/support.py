@@ -7,9 +7,31 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from aot.frontend.graph import GraphView, Node
+from aot.runtime.codec import TextEnum
 
-ACCEL = "accel"
-HOST = "host"
+
+class Device(TextEnum):
+    """Where the partitioner places a node or a region: the accelerator or the host CPU. The
+    value is what plan.json and record.json hold."""
+
+    ACCEL = "accel"
+    HOST = "host"
+
+
+ACCEL = Device.ACCEL   # the short names the partitioner reads
+HOST = Device.HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Nodes a merge policy keeps together on one device: a region before the partitioner names
+    and schedules it (``partitioner.plan_from_groups``)."""
+
+    device: Device
+    nodes: tuple[str, ...]      # node names in topological order
+
+
+Groups = list[Group]            # what a merge policy returns: in order of each group's first node
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +42,7 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Label:
-    device: str   # ACCEL or HOST
+    device: Device
     reason: str
 
 

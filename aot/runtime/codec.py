@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import pathlib
 import types
 import typing
 from functools import lru_cache
@@ -39,6 +40,15 @@ class Inline:
     read: Callable[[dict[str, Any]], Any]
 
 
+class TextEnum(str, enum.Enum):
+    """An enum whose members are their JSON strings: each compares, hashes, formats and encodes as
+    its value (``Device.HOST == "host"``, ``f"{Device.HOST}"`` is ``host``), so code and files
+    that held the bare strings keep working. ``enum.StrEnum`` does the same from Python 3.11."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
 def field(*, default: Any = _MISSING, key: str | None = None, as_map: bool = False,
           omit_default: bool = False, inline: Inline | None = None) -> Any:
     """A dataclass field with codec metadata (see the module docstring)."""
@@ -50,10 +60,10 @@ def field(*, default: Any = _MISSING, key: str | None = None, as_map: bool = Fal
 
 def encode(value: Any) -> Any:
     """``value`` as JSON-ready data (dicts, lists, strings, numbers, bools, None)."""
+    if isinstance(value, enum.Enum):      # first: a TextEnum is also a str
+        return value.value
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, enum.Enum):
-        return value.value
     if _own_codec(type(value)):
         return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -119,7 +129,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
         if issubclass(tp, enum.Enum):
             return tp(data)
         if _own_codec(tp):
-            return tp.from_json(data)  # type: ignore[attr-defined]
+            return tp.from_json(data)  # type: ignore[attr-defined]  # _own_codec(tp): it has one
         if dataclasses.is_dataclass(tp):
             return _decode_record(tp, data, where)
         if tp is bool:
@@ -138,7 +148,7 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
             if not isinstance(data, str):
                 raise TypeError(f"{where}: expected a string, got {type(data).__name__}")
             return data
-        if issubclass(tp, os.PathLike):
+        if issubclass(tp, pathlib.PurePath):
             return tp(str(data))
     raise TypeError(f"{where}: cannot decode type {tp!r}")
 

@@ -125,6 +125,18 @@ class BoundaryTensor:
     bytes: int | None
 
 
+class IndexStatus(codec.TextEnum):
+    """How a bundle keeps an index op's positions inside the tensor (``IndexOp.status``). A
+    TextEnum: ``op.status == "checked"`` holds for ``IndexStatus.CHECKED``, and the manifest
+    holds the bare string."""
+
+    PROVED = "proved"          # interval analysis bounds the indices inside the axis
+    CHECKED = "checked"        # a model input, checked by the runtime before it runs anything
+    GUARDED = "guarded"        # computed in the graph: clamped, and a flag output counts the bad ones
+    DEFINED = "defined"        # the op's spec gives out-of-range indices a meaning (OneHot)
+    UNGUARDED = "unguarded"    # --no-index-guards
+
+
 @dataclass(frozen=True, slots=True)
 class IndexOp:
     """An op that reads or writes at positions given by a tensor (Gather, ScatterND, ...), and how
@@ -144,7 +156,7 @@ class IndexOp:
     op: str
     indices: str
     dims: tuple[int, ...]
-    status: str
+    status: IndexStatus
     input: str | None = None
     flag: str | None = None
 
@@ -158,7 +170,7 @@ def _write_cpu_flags(flags: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _read_cpu_flags(d: dict[str, Any]) -> tuple[str, ...]:
-    return codec.decode(tuple[str, ...], d.get("build_machine", {}).get("cpu_flags", []))  # type: ignore[arg-type]
+    return codec.decode(tuple[str, ...], d.get("build_machine", {}).get("cpu_flags", []))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .errors import DeviceError
 
@@ -150,7 +150,7 @@ def _cuda_total() -> int | None:
     return total.value if not cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) else None
 
 
-_QUERIES = {"local-task": _cpu_available, "local-sync": _cpu_available, "vulkan": _vulkan_device_local,
+_QUERIES: dict[str, Callable[[], int | None]] = {"local-task": _cpu_available, "local-sync": _cpu_available, "vulkan": _vulkan_device_local,
             "cuda": _cuda_total}
 _SOURCES = {"local-task": "MemAvailable in /proc/meminfo", "local-sync": "MemAvailable in /proc/meminfo",
             "vulkan": "its largest device-local heap (vkGetPhysicalDeviceMemoryProperties)",

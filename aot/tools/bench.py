@@ -15,6 +15,7 @@ import numpy as np
 
 from aot import runtime
 from aot.checks import reference
+from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.pipeline import all_on_host, build_planned, plan_model, whole_model
 
@@ -72,9 +73,13 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
     return BenchResult(manifest.model.name, len(manifest.regions), iterations, medians)
 
 
-def _bare_call(session: runtime.Session, inputs: dict[str, np.ndarray]) -> Callable[[], object]:
+def _bare_call(session: runtime.Session | runtime.BucketedSession,
+               inputs: dict[str, np.ndarray]) -> Callable[[], object]:
     """The whole model's module called straight through iree.runtime, as a user of IREE would:
     numpy in, numpy out, nothing checked. What a session adds beyond this is its overhead."""
+    if not isinstance(session, runtime.Session):
+        raise AotError("the whole-model bundle has shape buckets; aot bench times a static one",
+                       hint="build with --input-shape to fix the symbolic dimensions")
     (region,) = session.manifest.regions
     invoker = session._invokers[region.name]
     args = [inputs[s.name] for s in session.manifest.inputs]

@@ -19,12 +19,19 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 
 from aot.runtime.target import Target
 from aot.tools.isolate import in_child
 from aot.partition.plan import GateMode
+
+# An ONNX node test case (onnx.backend.test.case.test_case.TestCase). That class types its model
+# and data sets as optional; a node case always has both, so the harness reads them as Any.
+Case = Any
+# Per data set of a case: its inputs and expected outputs (arrays, or sequences/optionals of them).
+DataSets = list[tuple[list[Any], list[Any]]]
 
 CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
 
@@ -37,7 +44,7 @@ class CaseResult:
     seconds: float = 0.0
 
 
-def collect(pattern: str | None = None, limit: int | None = None) -> list:
+def collect(pattern: str | None = None, limit: int | None = None) -> list[Case]:
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
@@ -48,7 +55,7 @@ def collect(pattern: str | None = None, limit: int | None = None) -> list:
     return cases[:limit] if limit else cases
 
 
-def run_case(case, accel: str) -> CaseResult:
+def run_case(case: Case, accel: str) -> CaseResult:
     """Build and run one case in a scratch folder; never raises."""
     import onnx
 
@@ -111,23 +118,23 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
 }
 
 
-def _data_sets(case) -> list[tuple[list, list]]:
+def _data_sets(case: Case) -> DataSets:
     """The case's (inputs, outputs) with TensorProtos (how ONNX stores float8, int4, bfloat16
     test data) turned into numpy arrays (ml_dtypes for the narrow floats)."""
     from onnx import TensorProto, numpy_helper
 
-    def arr(v):
+    def arr(v: Any) -> Any:
         return numpy_helper.to_array(v) if isinstance(v, TensorProto) else v
 
     return [([arr(v) for v in ins], [arr(v) for v in outs]) for ins, outs in case.data_sets]
 
 
-def _input_names(case) -> list[str]:
+def _input_names(case: Case) -> list[str]:
     inits = {t.name for t in case.model.graph.initializer}
     return [v.name for v in case.model.graph.input if v.name not in inits]
 
 
-def _constants_from_data(case, sets: list) -> tuple[tuple[str, np.ndarray], ...]:
+def _constants_from_data(case: Case, sets: DataSets) -> tuple[tuple[str, np.ndarray], ...]:
     """Inputs to bake in: those feeding a SHAPE_OPERANDS slot, and empty ones (CastLike's
     ``like`` only carries a dtype), provided every data set gives them the same value."""
     slots = {n.input[i] for n in case.model.graph.node for i in SHAPE_OPERANDS.get(n.op_type, ())
@@ -146,7 +153,8 @@ def _constants_from_data(case, sets: list) -> tuple[tuple[str, np.ndarray], ...]
     return tuple(baked)
 
 
-def _shapes_from_data(case, sets: list, baked=()) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def _shapes_from_data(case: Case, sets: DataSets, baked: Iterable[tuple[str, np.ndarray]] = ()
+                      ) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Pin each input to the shape of the case's first data set, as a user would with
     --input-shape; inputs that are not plain arrays (sequences, optionals) stay as they are."""
     skip = dict(baked)
@@ -163,7 +171,7 @@ def _diff(got: np.ndarray, want: np.ndarray) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _cases_by_name() -> dict:
+def _cases_by_name() -> dict[str, Case]:
     return {c.name: c for c in collect()}  # once per worker process: collecting takes seconds
 
 
@@ -183,6 +191,7 @@ def _run_named(args: tuple[str, str]) -> CaseResult:
     result, how = in_child(work, CASE_TIMEOUT_S)
     if result is not None:
         return CaseResult(*result)
+    assert how is not None     # work() returns a list, so no result comes with a reason
     if how.startswith("raised"):
         return CaseResult(name, "import error", how.removeprefix("raised ")[:200])
     return CaseResult(name, "runtime error", how)

@@ -15,12 +15,15 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from aot import api, runtime
 from aot.checks import reference
 from aot.errors import AotError
 from aot.options import BuildOptions
+from aot.runtime.manifest import IndexStatus, Manifest
 from aot.tools import zoo
 from aot.tools.bench import _same_answers, interleaved
 from aot.tune.search import cpu_model
@@ -30,8 +33,8 @@ CONTENDERS = (ORT, ORT1, DEFAULT, TUNED)
 
 
 def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: int = 3,
-        progress: Callable[[str], None] = print) -> dict:
-    rows = []
+        progress: Callable[[str], None] = print) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []    # one JSON object per model
     for name in models or tuple(m.name for m in zoo.MODELS):
         progress(f"bench    {name}: building default and tuned bundles")
         start = time.perf_counter()
@@ -88,11 +91,11 @@ def _time_model(name: str, default: Path, tuned: Path, iterations: int,
     return {k: round(statistics.median(v), 4) for k, v in times.items()}, checks_us
 
 
-def _index_checks_us(manifest, inputs: dict, repeats: int = 500) -> float:
+def _index_checks_us(manifest: Manifest, inputs: dict[str, np.ndarray], repeats: int = 500) -> float:
     """Median microseconds of the runtime's index-range checks of one call's inputs."""
     from aot.runtime.session import check_index_inputs
 
-    checked = tuple(op for op in manifest.index_ops if op.status == "checked")
+    checked = tuple(op for op in manifest.index_ops if op.status == IndexStatus.CHECKED)
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -99,6 +99,8 @@ def _one(args: tuple[int, int, str]) -> FuzzResult:
     result, how = in_child(lambda: _build_and_compare(path, folder / "build", accel), MUTANT_TIMEOUT_S)
     if result is not None:
         outcome, detail = result
+    elif how is None:      # unreachable: _build_and_compare returns a pair, so no result has a reason
+        raise AssertionError("in_child returned neither a result nor a reason")
     elif how == "timed out":
         outcome, detail = "timeout", how
     elif how.startswith("raised"):

@@ -52,12 +52,14 @@ def seeds() -> dict[str, onnx.ModelProto]:
     return {"tiny_cnn": examples.tiny_cnn(), "gather": gather, "mlp": mlp}
 
 
-def mutant(model: onnx.ModelProto, rng: random.Random) -> tuple[onnx.ModelProto | bytes, tuple[str, ...], dict]:
+def mutant(model: onnx.ModelProto, rng: random.Random
+           ) -> tuple[onnx.ModelProto | bytes, tuple[str, ...], dict[str, bytes]]:
     """One to three mutations of a copy of ``model``; the last may turn it into damaged bytes.
     Returns the mutant, what was done, and side files (name -> bytes) it points at."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    done, files = [], {}
+    done: list[str] = []
+    files: dict[str, bytes] = {}
     for _ in range(rng.choice((1, 1, 2, 3))):
         name = rng.choice(sorted(MUTATIONS))
         if name == "bytes":
@@ -73,7 +75,7 @@ def _values(m: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [*m.graph.input, *m.graph.output]
 
 
-def _dim(m, rng):
+def _dim(m: onnx.ModelProto, rng: random.Random) -> str:
     values = [v for v in _values(m) if v.type.tensor_type.shape.dim]
     if not values:
         return "dim: none to change"
@@ -87,7 +89,7 @@ def _dim(m, rng):
     return f"dim of {v.name} set to {d.dim_value}"
 
 
-def _attribute(m, rng):
+def _attribute(m: onnx.ModelProto, rng: random.Random) -> str:
     attrs = [(n, a) for n in m.graph.node for a in n.attribute if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)]
     if not attrs:
         return "attribute: none to change"
@@ -103,7 +105,7 @@ def _attribute(m, rng):
     return f"attribute {a.name} of {node.name} changed"
 
 
-def _dtype(m, rng):
+def _dtype(m: onnx.ModelProto, rng: random.Random) -> str:
     if rng.random() < 0.5 and m.graph.initializer:
         t = rng.choice(m.graph.initializer)
         t.data_type = rng.choice(_DTYPES)
@@ -113,7 +115,7 @@ def _dtype(m, rng):
     return f"{v.name} retyped to {v.type.tensor_type.elem_type}"
 
 
-def _order(m, rng):
+def _order(m: onnx.ModelProto, rng: random.Random) -> str:
     nodes = list(m.graph.node)
     rng.shuffle(nodes)
     del m.graph.node[:]
@@ -121,7 +123,7 @@ def _order(m, rng):
     return "nodes shuffled"
 
 
-def _dangling(m, rng):
+def _dangling(m: onnx.ModelProto, rng: random.Random) -> str:
     node = rng.choice(m.graph.node)
     if rng.random() < 0.5 or not node.input:
         m.graph.node.remove(node)
@@ -131,7 +133,7 @@ def _dangling(m, rng):
     return f"input {i} of {node.name} points at nothing"
 
 
-def _names(m, rng):
+def _names(m: onnx.ModelProto, rng: random.Random) -> str:
     node = rng.choice(m.graph.node)
     new = rng.choice(_NAMES)
     if rng.random() < 0.4:
@@ -151,7 +153,7 @@ def _names(m, rng):
     return f"tensor {old!r} renamed to {new[:20]!r}"
 
 
-def _op_type(m, rng):
+def _op_type(m: onnx.ModelProto, rng: random.Random) -> str:
     node = rng.choice(m.graph.node)
     if rng.random() < 0.2:
         node.domain = rng.choice(("com.microsoft", "custom"))
@@ -160,12 +162,12 @@ def _op_type(m, rng):
     return f"node {node.name} became {node.op_type}"
 
 
-def _opset(m, rng):
+def _opset(m: onnx.ModelProto, rng: random.Random) -> str:
     m.opset_import[0].version = rng.choice(_OPSETS)
     return f"opset {m.opset_import[0].version}"
 
 
-def _outputs(m, rng):
+def _outputs(m: onnx.ModelProto, rng: random.Random) -> str:
     if rng.random() < 0.5:
         del m.graph.output[:]
         return "graph outputs removed"
@@ -173,7 +175,7 @@ def _outputs(m, rng):
     return "graph output duplicated"
 
 
-def _external_data(m, rng, files) -> str:
+def _external_data(m: onnx.ModelProto, rng: random.Random, files: dict[str, bytes]) -> str:
     inline = [t for t in m.graph.initializer if t.data_location != TensorProto.EXTERNAL]
     if not inline:
         return "external data: no initializer"
@@ -194,7 +196,7 @@ def _external_data(m, rng, files) -> str:
     return f"initializer {t.name} moved to external data {location}"
 
 
-def _damage_bytes(m, rng) -> bytes:
+def _damage_bytes(m: onnx.ModelProto, rng: random.Random) -> bytes:
     raw = bytearray(m.SerializeToString())
     if rng.random() < 0.4:
         return bytes(raw[: rng.randrange(len(raw))])

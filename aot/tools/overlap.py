@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -133,6 +134,7 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
                    for a, b in zip(overlapped.run(inputs), serial.run(inputs)))
         times = interleaved([("overlapped", lambda: overlapped.run(inputs)), ("serial", lambda: serial.run(inputs))],
                             warmup, iterations)
+        assert isinstance(serial, runtime.Session)    # m.shapes is None: a static bundle
         _, per_region_us = serial.profile(inputs, repeats=iterations)
     driver = {r.name: m.driver(r) for r in m.regions}
     region_ms = {r: us / 1e3 for r, us in per_region_us.items()}
@@ -144,7 +146,7 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
         statistics.median(times["serial"]), statistics.median(times["overlapped"]), diff)
 
 
-def build_example(out: Path, progress=lambda s: None) -> Path:
+def build_example(out: Path, progress: Callable[[str], None] = lambda s: None) -> Path:
     """Build the two-branch example with its plan into ``out`` (sources in ``out/model``)."""
     from aot import api
     from aot.options import BuildOptions

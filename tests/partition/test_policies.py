@@ -14,7 +14,7 @@ from aot.partition.cost import CostModel, node_flops, plan_cost
 from aot.partition.partitioner import make_plan, plan_from_groups
 from aot.partition.plan import Plan, Region, region_edges, validate
 from aot.partition.select import MODES
-from aot.partition.support import Overrides
+from aot.partition.support import ACCEL, HOST, Group, Overrides
 from aot.runtime import lanes
 from aot.partition.plan import GateMode
 from conftest import graph
@@ -23,8 +23,8 @@ from test_partition import labelled_dags, vulkan_options
 
 
 def depth_regions(view, host):
-    return [(lab, set(nodes)) for lab, nodes in
-            depth.merge(view, {n.name: ("host" if n.name in host else "accel") for n in view.nodes})]
+    return [(g.device, set(g.nodes)) for g in
+            depth.merge(view, {n.name: (HOST if n.name in host else ACCEL) for n in view.nodes})]
 
 
 def test_depth_chain_with_host_node():
@@ -41,7 +41,7 @@ def test_depth_growth_does_not_close_a_cycle():
     view = graph([("c", "d"), ("c", "x"), ("d", "e"), ("x", "e")])
     regions = depth_regions(view, {"x"})
     assert ("accel", {"c", "d", "e"}) not in regions
-    plan = plan_from_groups(view, [(lab, tuple(sorted(n))) for lab, n in regions])
+    plan = plan_from_groups(view, [Group(lab, tuple(sorted(n))) for lab, n in regions])
     validate(plan, view)
 
 
@@ -73,7 +73,8 @@ def test_residual_split_into_mutually_dependent_regions_is_rejected():
 
 def test_two_region_orders_for_a_fork_and_join():
     view = graph([("conv", "matmul"), ("conv", "mean"), ("matmul", "softmax"), ("mean", "softmax")])
-    plan = plan_from_groups(view, [("accel", ("conv",)), ("accel", ("matmul",)), ("host", ("mean",)), ("accel", ("softmax",))])
+    plan = plan_from_groups(view, [Group(ACCEL, ("conv",)), Group(ACCEL, ("matmul",)), Group(HOST, ("mean",)),
+                                   Group(ACCEL, ("softmax",))])
     orders = order.enumerate_orders([r.name for r in plan.regions], region_edges(plan, view))
     assert sorted(orders) == [("r0", "r1", "r2", "r3"), ("r0", "r2", "r1", "r3")]
 
@@ -117,7 +118,7 @@ def test_cost_model_hand_computed(tmp_path):
     # mm on the accelerator: flops 2e6 / 1e12 = 2 us; bytes (4000 + 4e6 + 4000) / 1e11 = 40.08 us -> memory bound
     # top on the host: 0 flops; bytes 8000 / 1e10 = 0.8 us
     # transfers: x host->accel and y accel->host, each 10 us + 4000 B / 1e9 B/s = 14 us
-    c = plan_cost({"a": ("accel", ("mm",)), "h": ("host", ("top",))}, view, cost)
+    c = plan_cost({"a": Group(ACCEL, ("mm",)), "h": Group(HOST, ("top",))}, view, cost)
     assert c.compute_us == (("a", pytest.approx(20 + 40.08)), ("h", pytest.approx(5 + 0.8)))
     assert c.transfer_us == pytest.approx(28.0) and c.hops == 2 and c.transfer_bytes == 8000
     assert c.total_us == pytest.approx(60.08 + 5.8 + 28.0)
@@ -130,12 +131,12 @@ def test_plan_cost_overlaps_independent_regions_on_different_devices(tmp_path):
              Node("b", "MatMul", ("x",), ("yb",), const_inputs=("w",)), Node("j", "Add", ("ya", "yb"), ("z",))]
     values = {v: Value(v, "float32", (1, 100)) for v in ("x", "ya", "yb", "z")} | {"w": Value("w", "float32", (100, 100))}
     view = GraphView.build(nodes, ["x"], ["z"], values)
-    apart = plan_cost({"a": ("accel", ("a",)), "b": ("host", ("b",)), "j": ("host", ("j",))}, view, cost)
+    apart = plan_cost({"a": Group(ACCEL, ("a",)), "b": Group(HOST, ("b",)), "j": Group(HOST, ("j",))}, view, cost)
     times = dict(apart.compute_us)
     # a || b, then j: the slower branch sets the pace, as the runtime's lanes run it.
     assert apart.total_us == pytest.approx(max(times["a"], times["b"]) + times["j"] + apart.transfer_us)
     # The join in b's region makes b wait for a: the same work in a chain.
-    joined = plan_cost({"a": ("accel", ("a",)), "bj": ("host", ("b", "j"))}, view, cost)
+    joined = plan_cost({"a": Group(ACCEL, ("a",)), "bj": Group(HOST, ("b", "j"))}, view, cost)
     assert joined.total_us == pytest.approx(sum(t for _, t in joined.compute_us) + joined.transfer_us)
 
 
@@ -225,8 +226,8 @@ def test_a_region_whose_tail_waits_for_a_heavy_branch_on_the_other_device_is_spl
 
 
 def test_an_accelerator_region_may_also_hand_its_tail_to_the_host():
-    groups = [("accel", ("a", "j", "sm")), ("host", ("b",))]
+    groups = [Group(ACCEL, ("a", "j", "sm")), Group(HOST, ("b",))]
     splits = {tuple(g): moved for g, moved in overlap._splits(groups, _branches(8))}
-    head = ("accel", ("a",))
-    assert splits == {(head, ("accel", ("j", "sm")), ("host", ("b",))): (),
-                      (head, ("host", ("j", "sm")), ("host", ("b",))): ("j", "sm")}
+    head = Group(ACCEL, ("a",))
+    assert splits == {(head, Group(ACCEL, ("j", "sm")), Group(HOST, ("b",))): (),
+                      (head, Group(HOST, ("j", "sm")), Group(HOST, ("b",))): ("j", "sm")}

@@ -77,3 +77,17 @@ def test_numpy_values_encode_as_lists():
     import numpy as np
 
     assert codec.encode({"v": np.arange(3), "s": np.float32(1.5)}) == {"v": [0, 1, 2], "s": 1.5}
+
+
+class Side(codec.TextEnum):
+    LEFT = "left"
+    RIGHT = "right"
+
+
+def test_a_text_enum_is_its_string_in_code_and_in_json():
+    assert Side.LEFT == "left" and {Side.LEFT: 1}["left"] == 1 and f"{Side.LEFT:>6}" == "  left"
+    encoded = codec.encode({"side": Side.RIGHT})
+    assert encoded == {"side": "right"} and type(encoded["side"]) is str
+    assert codec.decode(tuple[Side, ...], ["left", "right"]) == (Side.LEFT, Side.RIGHT)
+    with pytest.raises(ValueError):
+        codec.decode(tuple[Side, ...], ["up"])

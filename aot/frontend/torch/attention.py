@@ -10,9 +10,15 @@ lowering. CUDA and the CPU keep the fused op.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
-def sdpa_as_matmuls(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def sdpa_as_matmuls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                    enable_gqa: bool = False) -> torch.Tensor:
     """The math of ``torch.nn.functional.scaled_dot_product_attention`` (eval: no dropout)."""
     import torch
 

@@ -33,6 +33,8 @@ def load(spec: str) -> Any:
             if not path.is_file():
                 raise ModelError(f"model factory file {where!r} does not exist")
             spec_ = importlib.util.spec_from_file_location(f"_aot_factory_{path.stem}", path)
+            if spec_ is None or spec_.loader is None:
+                raise ModelError(f"model factory file {where!r} cannot be imported", hint="name a .py file")
             module = importlib.util.module_from_spec(spec_)
             spec_.loader.exec_module(module)
         else:

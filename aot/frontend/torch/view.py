@@ -10,6 +10,7 @@ reads them, which is exactly what the outliner's constant closure does with the 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from aot.errors import ModelError
 from aot.frontend.graph import GraphView, Node, Value
@@ -34,14 +35,18 @@ def view_of(source: TorchSource) -> GraphView:
         name_of: dict[object, str] = dict(zip(block.arguments, (i.name for i in source.inputs)))
         values = {i.name: Value(i.name, i.dtype, i.shape) for i in source.inputs}
         constant: set[str] = set()
-        lists: dict[object, list] = {}   # tensor lists (aten.cat's operand) -> their elements
+        lists: dict[Any, list[Any]] = {}   # tensor lists (aten.cat's operand) -> their elements
         nodes = []
         for i, op in enumerate(block.operations):
             kind = op.operation.name
             if kind == "func.return":
                 continue
             if kind == "util.global.load":   # a parameter in the archive
-                name_of[op.results[0]] = "param:" + _PARAMETER.search(str(op.operation.attributes["global"])).group(1)
+                found = _PARAMETER.search(str(op.operation.attributes["global"]))
+                if found is None:
+                    raise ModelError(f"a parameter load of the exported program names no global: {op}",
+                                     hint="report this module")
+                name_of[op.results[0]] = "param:" + found.group(1)
                 constant.add(name_of[op.results[0]])
                 continue
             if kind == "torch_c.from_builtin_tensor":   # the same tensor, typed as a torch value
@@ -52,7 +57,8 @@ def view_of(source: TorchSource) -> GraphView:
             if kind == "torch.prim.ListConstruct":
                 lists[op.results[0]] = tensors
                 continue
-            node = meta.get(_location_name(op))
+            location = _location_name(op)
+            node = meta.get(location) if location is not None else None
             results = node.results if node else tuple(f"%{i}:{j}" for j in range(len(op.results)))
             for value, rname in zip(op.results, results):
                 name_of[value] = rname
@@ -75,7 +81,8 @@ def view_of(source: TorchSource) -> GraphView:
     return GraphView.build(nodes, [i.name for i in source.inputs], [o.name for o in source.outputs], values, constant)
 
 
-def _tensor_operands(op, lists: dict) -> list:
+# MLIR objects (iree.compiler.ir: no type stubs) are Any below.
+def _tensor_operands(op: Any, lists: dict[Any, list[Any]]) -> list[Any]:
     out = []
     for v in op.operands:
         if v in lists:
@@ -85,14 +92,14 @@ def _tensor_operands(op, lists: dict) -> list:
     return out
 
 
-def _location_name(op) -> str | None:
+def _location_name(op: Any) -> str | None:
     try:
         return op.location.name_str
     except Exception:
         return None
 
 
-def _value(name: str, mlir_type) -> Value | None:
+def _value(name: str, mlir_type: Any) -> Value | None:
     m = _VTENSOR.search(str(mlir_type))
     if m is None:
         return None
