@@ -25,7 +25,7 @@ def values(program: Any, inputs: dict[str, np.ndarray],
     seen: dict[str, np.ndarray] = {}
 
     class _Recorder(torch.fx.Interpreter):
-        def run_node(self, node):
+        def run_node(self, node: torch.fx.Node) -> Any:
             out = super().run_node(node)
             if isinstance(out, torch.Tensor):
                 seen[node.name] = _numpy(out)

@@ -41,7 +41,7 @@ class CheckResult:
 
 
 
-def load_stub_class(bundle: Path):
+def load_stub_class(bundle: Path) -> type:
     """Import the bundle's generated Python stub and return its model class."""
     stubs = sorted((bundle / "stubs" / "python").glob("*.py"))
     stubs = [s for s in stubs if s.name != "__init__.py"]
@@ -49,6 +49,8 @@ def load_stub_class(bundle: Path):
         raise BundleError(f"bundle {str(bundle)!r} should hold exactly one Python stub, found {len(stubs)}")
     name = f"_aot_stub_{abs(hash(str(stubs[0])))}"
     spec = importlib.util.spec_from_file_location(name, stubs[0])
+    if spec is None or spec.loader is None:
+        raise BundleError(f"cannot import the Python stub {str(stubs[0])!r}", hint="rebuild the bundle")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

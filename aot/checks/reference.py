@@ -14,7 +14,7 @@ def session(model: Path | bytes, *, optimize: bool = True, threads: int = 0) -> 
     """A quiet CPU onnxruntime session for ``model`` (a path or serialized bytes).
     ``optimize=False`` keeps every intermediate tensor as the graph names it; ``threads``: intra-op
     threads (0: onnxruntime's default, one per core)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # type: ignore[import-untyped]  # ships no stubs or py.typed
 
     options = ort.SessionOptions()
     options.log_severity_level = 3

@@ -72,14 +72,17 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
         redone = dict(zip(retry, compile_many(list(retry.values()), cache, accel_timeout=accel_timeout,
                                               executor=executor)))
         for i, host in redone.items():
-            if isinstance(host, CompiledRegion):
-                reason = f"{jobs[i].target} compile failed, fell back to llvm-cpu: {results[i].stderr_tail[-600:]}"
+            failed = results[i]
+            if isinstance(host, CompiledRegion) and isinstance(failed, CompileError):
+                reason = f"{jobs[i].target} compile failed, fell back to llvm-cpu: {failed.stderr_tail[-600:]}"
                 host = replace(host, fallback=reason)
             results[i] = host
+    compiled = []
     for r in results:
         if isinstance(r, CompileError):
             raise r
-    return tuple(results)
+        compiled.append(r)
+    return tuple(compiled)
 
 
 def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: float,

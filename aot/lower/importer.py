@@ -65,7 +65,7 @@ def import_onnx(model: "onnx.ModelProto", name: str, data_dir: Path, params_path
 def import_source(source: "ModelSource | TorchSource", params_path: Path) -> ImportedModule:
     """The imported module of either front end. A torch source is MLIR already (turbine exported
     it before partitioning); importing it only writes its weights to the shared archive."""
-    if source.frontend != "torch":
+    if isinstance(source, ModelSource):
         return import_model(source, params_path)
     from aot.frontend.torch.export import FUNC_NAME, save_params
 

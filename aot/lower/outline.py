@@ -8,6 +8,7 @@ the shared archive, and inline constants are copied into every region that reads
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aot.errors import OutlineError
 from aot.frontend.graph import GraphView
@@ -48,7 +49,7 @@ def outline(imported: ImportedModule, plan: Plan, view: GraphView) -> tuple[Outl
                      for r in plan.regions)
 
 
-def _sym(op) -> str:
+def _sym(op: Any) -> str:   # MLIR Python objects: iree.compiler ships no stubs
     from iree.compiler import ir
 
     return ir.StringAttr(op.operation.attributes["sym_name"]).value
@@ -61,12 +62,12 @@ class _FuncIndex:
     after the ONNX node; the torch front end names each ATen op after its FX node and a tensor
     list after the op that reads it). Ops that only compute from constants are copied, not cut."""
 
-    def __init__(self, func, view: GraphView) -> None:
+    def __init__(self, func: Any, view: GraphView) -> None:
         block = func.regions[0].blocks[0]
         self.ops = list(block.operations)
-        self.value: dict[str, object] = dict(zip(view.inputs, block.arguments))
-        self.node_ops: dict[str, list] = {}
-        self.producer: dict[object, object] = {}
+        self.value: dict[str, Any] = dict(zip(view.inputs, block.arguments))
+        self.node_ops: dict[str, list[Any]] = {}
+        self.producer: dict[Any, Any] = {}
         nodes = {n.name for n in view.nodes}
         self.constant: set[int] = set()   # ids of ops that compute from constants only
         for op in self.ops:
@@ -79,8 +80,7 @@ class _FuncIndex:
             primary = op.operation.name.startswith(_NODE_OPS) and not _is_constant(op)
             # A node's own op, or a helper of it that reads tensors (a tensor list); a helper that
             # reads constants only (the ONNX importer's ``torch.constant.none``) is a constant.
-            belongs = name in nodes and (primary or not from_constants)
-            if not belongs:
+            if name is None or name not in nodes or not (primary or not from_constants):
                 if from_constants:
                     self.constant.add(id(op))
                 continue
@@ -99,7 +99,7 @@ class _FuncIndex:
         self.has_nested = any(len(op.operation.regions) for op in self.ops)
 
 
-def _whole(module, func, name: str, view: GraphView) -> OutlinedRegion:
+def _whole(module: Any, func: Any, name: str, view: GraphView) -> OutlinedRegion:
     """A one-region plan is the imported function itself, renamed: no cloning, so control flow
     with implicitly captured values survives."""
     from iree.compiler import ir
@@ -108,7 +108,7 @@ def _whole(module, func, name: str, view: GraphView) -> OutlinedRegion:
     return OutlinedRegion(name, name, str(module), view.inputs, view.outputs)
 
 
-def _loc_name(op) -> str | None:
+def _loc_name(op: Any) -> str | None:
     loc = op.location
     try:
         return loc.name_str
@@ -116,14 +116,15 @@ def _loc_name(op) -> str | None:
         return None
 
 
-def _is_constant(op) -> bool:
+def _is_constant(op: Any) -> bool:
     name = op.operation.name
     if name in _CONSTANT_OPS:
         return True
     return name == "torch.operator" and str(op.operation.attributes["name"]) == '"onnx.Constant"'
 
 
-def _outline_region(ix: _FuncIndex, module, func, name: str, inputs, outputs, nodes) -> OutlinedRegion:
+def _outline_region(ix: _FuncIndex, module: Any, func: Any, name: str, inputs: tuple[str, ...],
+                    outputs: tuple[str, ...], nodes: tuple[str, ...]) -> OutlinedRegion:
     from iree.compiler import ir
     from iree.compiler.dialects import func as func_d
 
@@ -169,7 +170,7 @@ def _outline_region(ix: _FuncIndex, module, func, name: str, inputs, outputs, no
     return OutlinedRegion(name, name, str(new), tuple(inputs), tuple(outputs))
 
 
-def _constant_closure(ix: _FuncIndex, ops, args: set) -> set[int]:
+def _constant_closure(ix: _FuncIndex, ops: list[Any], args: set[Any]) -> set[int]:
     """ids of the constant ops that the given ops depend on (transitively)."""
     needed: set[int] = set()
     stack = [v for op in ops for v in op.operands]

@@ -164,6 +164,13 @@ class IndexOp:
     def valid(self) -> str:
         return ", ".join(f"[{-d}, {d - 1}]" for d in self.dims)
 
+    def codec_validate(self) -> None:
+        """A checked op names the input it checks, a guarded one its guard's flag output."""
+        if self.status == IndexStatus.CHECKED and self.input is None:
+            raise ValueError(f"index op {self.node!r} is checked but names no input")
+        if self.status == IndexStatus.GUARDED and self.flag is None:
+            raise ValueError(f"index op {self.node!r} is guarded but names no flag output")
+
 
 def _write_cpu_flags(flags: tuple[str, ...]) -> dict[str, Any]:
     return {"build_machine": {"cpu_flags": list(flags)}}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import weakref
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,8 @@ _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 LOAD_ATTEMPTS = 3  # contexts created per device before a load gives up (see Session._load_driver)
 _LOST = ("VK_ERROR_DEVICE_LOST", "DATA_LOSS")   # how IREE reports a device that stopped answering
 
+
+_S = TypeVar("_S", bound="Session")
 
 class Session:
     """A loaded bundle; call it with numpy inputs, get numpy outputs in manifest order.
@@ -214,7 +216,7 @@ class Session:
     def _check_guards(self, values: dict[str, tuple[str | None, Any]]) -> None:
         """A guard clamped indices computed in the graph: the result is not the model's answer."""
         for op in self._guards:
-            count = int(self._to_numpy(values[op.flag]))
+            count = int(self._to_numpy(values[str(op.flag)]))   # a guarded op names its flag (IndexOp reads so)
             if count:
                 raise RuntimeInputError(
                     f"{op.op} node {op.node!r}: {count} index value(s) computed inside the model from these "
@@ -269,7 +271,7 @@ class Session:
         self._devices.clear()
         _LIVE.discard(self)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self: _S) -> _S:   # a subclass (checks.session.CheckSession) gets itself back
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -308,7 +310,7 @@ def check_index_inputs(ops: tuple[mf.IndexOp, ...], inputs: Mapping[str, np.ndar
     """Inputs that index a tensor must lie inside its axis: the compiled code would read or write
     wherever an out-of-range index points. Negative indices count from the end, as in ONNX."""
     for op in ops:
-        arr = inputs[op.input]
+        arr = inputs[str(op.input)]   # a checked op names its input (IndexOp reads so)
         dims = np.array(op.dims, dtype=np.int64)
         if len(op.dims) > 1 and (arr.ndim == 0 or arr.shape[-1] != len(op.dims)):
             raise RuntimeInputError(f"input {op.input!r}: its last axis must hold {len(op.dims)} indices "

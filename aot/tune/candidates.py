@@ -29,7 +29,7 @@ def candidates(target: Target, families: frozenset[OpFamily], cores: int | None 
     """The default first (every other set is measured against it), then the target's search space.
     ``default``: the flags the untuned region really got (None: the target's defaults; a region
     whose defaults failed to compile got none)."""
-    default = FlagSet("default", default_opt_flags(target) if default is None else default)
+    first = FlagSet("default", default_opt_flags(target) if default is None else default)
     conv, quant = OpFamily.CONVOLUTION in families, OpFamily.QUANTIZED in families
     if target.backend == "llvm-cpu":
         found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)
@@ -40,7 +40,7 @@ def candidates(target: Target, families: frozenset[OpFamily], cores: int | None 
             found.append(FlagSet("igemm", (O2, IGEMM)))
     else:  # vulkan-spirv: IREE's SPIR-V backend offers the global optimisation levels
         found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,))]
-    return (default, *(f for f in found if f.flags != default.flags))
+    return (first, *(f for f in found if f.flags != first.flags))
 
 
 def _llvm_cpu(conv: bool, quant: bool, cores: int) -> list[FlagSet]:

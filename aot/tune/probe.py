@@ -15,6 +15,7 @@ Requests:
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -75,7 +76,7 @@ def _region(req: dict[str, Any]) -> None:
               error=None if ok else f"outputs differ from onnxruntime by up to {worst:.3g}")
         if ok:
             keep.append((module, context, invoker))
-            calls[cand["name"]] = (lambda inv=invoker: inv(*device_args))
+            calls[cand["name"]] = functools.partial(invoker, *device_args)
     _emit(event="timed", medians_us=_interleaved(calls, req["warmup"], req["repeats"]))
 
 
