@@ -40,18 +40,18 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("model", help="an ONNX file, zoo:NAME, or pkg.module:factory / file.py:factory returning "
                                  "an nn.Module (with --example-input)")
     b.add_argument("-o", "--output", required=True, help="artifacts/NAME: the bundle goes to OUTPUT/bundle")
-    _add_build_options(b)
+    _add_options(b)
     b.set_defaults(func=_cmd_build)
 
     t = sub.add_parser("tune", help="tune an existing build: search each region's flags and the host runtime")
     t.add_argument("build", help="the directory given to `aot build -o` (its source model must still exist)")
-    _add_tune_options(t)
+    _add_options(t, "tune")
     t.set_defaults(func=_cmd_tune)
 
     pl = sub.add_parser("plan", help="partition MODEL without compiling; write the plan as JSON")
     pl.add_argument("model")
     pl.add_argument("-o", "--output", help="plan.json to write (default: print it)")
-    _add_build_options(pl)
+    _add_options(pl)
     pl.set_defaults(func=_cmd_plan)
 
     r = sub.add_parser("run", help="run a bundle on inputs given as name=@file.npy")
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     bn.add_argument("--iterations", type=int, default=None, help="interleaved turns (default 50; corpus 30)")
     bn.add_argument("--models", help="corpus benchmark: comma-separated zoo names (default: all)")
     bn.add_argument("--docs", default="docs", help="corpus benchmark: where the JSON and SVG go")
-    _add_build_options(bn)
+    _add_options(bn)
     bn.set_defaults(func=_cmd_bench)
 
     bb = sub.add_parser("bench-batch", help="requests one by one vs the same requests in one run_batch "
@@ -137,26 +137,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_build_options(p: argparse.ArgumentParser) -> None:
+def _add_options(p: argparse.ArgumentParser, command: str = "build") -> None:
+    """The flags of every BuildOptions field ``command`` takes (generated: options.py owns them)."""
     from aot.option_flags import add_arguments
     from aot.options import BuildOptions
 
-    add_arguments(p, BuildOptions, "build")
+    add_arguments(p, BuildOptions, command)
 
 
-def _add_tune_options(p: argparse.ArgumentParser) -> None:
-    from aot.option_flags import add_arguments
-    from aot.options import BuildOptions
-
-    add_arguments(p, BuildOptions, "tune")
-
-
-def _build_options(args: argparse.Namespace) -> BuildOptions:
+def _build_options(args: argparse.Namespace, command: str = "build") -> BuildOptions:
     """BuildOptions from the command line: what was given, parsed once; the rest its defaults."""
     from aot.option_flags import from_arguments
     from aot.options import BuildOptions
 
-    return from_arguments(BuildOptions, args, "build")
+    return from_arguments(BuildOptions, args, command)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -176,10 +170,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from aot import api
 
-    from aot.option_flags import from_arguments
-    from aot.options import BuildOptions
-
-    given = from_arguments(BuildOptions, args, "tune")
+    given = _build_options(args, "tune")
     result = api.tune(Path(args.build), repeats=given.tune_repeats, cluster=given.cluster,
                       progress=lambda s: print(s, file=sys.stderr))
     from aot import report

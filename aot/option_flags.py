@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, command: str = "bu
                                 metavar=c.metavar or _metavar(c.spelling), help=c.help)
 
 
-def from_arguments(cls: type, args: argparse.Namespace, command: str = "build", **fixed: Any) -> Any:
+def from_arguments(cls: type, args: argparse.Namespace, command: str = "build") -> Any:
     """``cls`` from what the command line gave; every other field keeps its default."""
     given = vars(args)
     values: dict[str, Any] = {}
@@ -116,7 +116,7 @@ def from_arguments(cls: type, args: argparse.Namespace, command: str = "build", 
             values[f.name] = flag.collect(flag.parse(text) for text in raw)
         else:
             values[f.name] = flag.parse(raw)
-    return cls(**values, **fixed)
+    return cls(**values)
 
 
 def _metavar(spelling: str) -> str:
