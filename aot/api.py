@@ -31,7 +31,7 @@ def resolve(model: str | Path, options: BuildOptions = BuildOptions()) -> tuple[
     spec = str(model)
     if not spec.startswith(ZOO_PREFIX):
         return Path(model), options
-    from aot.tools import zoo
+    from aot.models import zoo
 
     entry = zoo.by_name(spec[len(ZOO_PREFIX):])
     return zoo.fetch(entry), options.with_recipe(entry.input_shapes, entry.constants, entry.name)

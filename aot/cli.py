@@ -339,7 +339,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_example(args: argparse.Namespace) -> int:
-    from aot.tools import examples
+    from aot.models import examples
 
     print(examples.write(Path(args.output)))
     return 0

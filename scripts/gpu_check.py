@@ -25,8 +25,8 @@ from aot.runtime import manifest as mf  # noqa: E402
 
 def inputs_for(data: mf.Manifest, model: Path) -> dict[str, np.ndarray]:
     """A zoo model's meaningful sample (bundles built from zoo:NAME carry NAME); random otherwise."""
-    from aot.tools import samples
-    from aot.tools import zoo
+    from aot.models import samples
+    from aot.models import zoo
 
     if any(m.name == data.model.name for m in zoo.MODELS):
         return samples.for_model(zoo.by_name(data.model.name), model)
@@ -35,7 +35,7 @@ def inputs_for(data: mf.Manifest, model: Path) -> dict[str, np.ndarray]:
 
 def semantics(data: mf.Manifest, model: Path, bundle: Path) -> str:
     """What a user of the model would check: the OCR text, the VAD decisions."""
-    from aot.tools import samples
+    from aot.models import samples
 
     name = data.model.name
     if name not in ("ppocr-rec", "silero-vad"):

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.tools import examples
+from aot.models import examples
 from aot.frontend.graph import GraphView, Node, Value
 from aot.options import BuildOptions
 from aot.pipeline import build
@@ -95,7 +95,7 @@ def _refuse(what: str, mark: str):
 def _marks_say_what_a_test_needs(request, monkeypatch):
     from aot.lower import compile as compile_, executor, footprint
     from aot.tools import replay
-    from aot.tools import zoo
+    from aot.models import zoo
 
     marks = {m.name for m in request.node.iter_markers()}
     if "network" not in marks:   # a cached model counts too: a fresh machine downloads it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from aot.lower import compile as compile_, executor
-from aot.tools import zoo
+from aot.models import zoo
 
 
 def test_an_unmarked_test_cannot_fetch_a_zoo_model():

@@ -12,13 +12,12 @@ deployment runs. A subclass, because these read the session's loaded regions and
 
 from __future__ import annotations
 
-import statistics
-import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from aot.checks import timing
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.runtime.session import Session, check_inputs, contiguous
 
@@ -56,18 +55,9 @@ class CheckSession(Session):
             for name in self._schedule:
                 region = self._regions[name]
                 args = [self._move(values[v], self._driver_of[name]) for v in region.inputs]
-                samples = []
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    self._invokers[name](*args)
-                    samples.append((time.perf_counter() - start) * 1e6)
-                per_region[name] = statistics.median(samples)
+                invoker = self._invokers[name]
+                per_region[name] = timing.median_us(timing.repeat(lambda: invoker(*args), repeats))
                 self._run_region(name, values)
         finally:
             values.clear()
-        totals = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            self.run(checked)
-            totals.append((time.perf_counter() - start) * 1e6)
-        return statistics.median(totals), per_region
+        return timing.median_us(timing.repeat(lambda: self.run(checked), repeats)), per_region

@@ -1,2 +1,3 @@
-"""Tooling around the build (model zoo, samples, conformance, ONNX backend adapter, benchmark,
-the example model). The build stages never import this package; the CLI and the public API do."""
+"""Developer tools over the library: benchmarks, conformance, fuzzing, profiling, replay and
+serving measurements, the ONNX backend adapter. Only the CLI imports this package: the build
+stages, the API and the runtime never do (tests/test_layout.py)."""

@@ -4,9 +4,6 @@ because the machines are shared and noisy. Both builds are plans of one planned 
 
 from __future__ import annotations
 
-import itertools
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from aot import runtime
-from aot.checks import reference
+from aot.checks import reference, timing
 from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.pipeline import all_on_host, build_planned, plan_model, whole_model
@@ -68,8 +65,9 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
         # A fast wrong answer is not a result; onnxruntime's (last) is the reference.
         _same_answers([f() for name, f in contenders if name != "onnxruntime (cpu)"]
                       + [ort_session.run(names, inputs)])
-        times = interleaved(contenders, warmup, iterations)
-    medians = tuple((name, statistics.median(ts)) for name, ts in times.items())
+        # onnxruntime's workers spin after each run and would slow whoever runs next: FAIR idles first.
+        times = timing.interleaved(contenders, timing.FAIR.with_counts(warmup, iterations))
+    medians = tuple(timing.medians_ms(times).items())
     return BenchResult(manifest.model.name, len(manifest.regions), iterations, medians)
 
 
@@ -89,36 +87,6 @@ def _bare_call(session: runtime.Session | runtime.BucketedSession,
         return [r.to_host() for r in (results if isinstance(results, (tuple, list)) else (results,))]
 
     return call
-
-
-SETTLE_MS = 5.0  # untimed calls of a contender before each timed one (see interleaved)
-
-
-def interleaved(contenders: list[tuple[str, Callable[[], object]]], warmup: int,
-                iterations: int, settle_ms: float = SETTLE_MS) -> dict[str, list[float]]:
-    """Milliseconds per call of each contender, measured in turns, each turn in the next of all
-    possible orders, each timed call preceded by untimed calls of the same contender (at least
-    one, and at least ``settle_ms``).
-
-    Whatever one contender leaves running is charged to the next: onnxruntime's worker threads
-    spin after each run, and on this 2-core machine a module run right after it measured up to
-    30-70% slower (PP-OCR-det tuned: 18-21 ms alone, 26-35 ms straight after onnxruntime; with
-    onnxruntime's spinning off, 18-22 ms either way). All orders spread that evenly but do not
-    remove it; the settling calls do, and time every contender as it runs in a deployment, in
-    its own steady state."""
-    orders = list(itertools.permutations(contenders))
-    times: dict[str, list[float]] = {name: [] for name, _ in contenders}
-    for i in range(warmup + iterations):
-        for name, f in orders[i % len(orders)]:
-            settled = time.perf_counter() + settle_ms / 1e3
-            f()
-            while time.perf_counter() < settled:
-                f()
-            start = time.perf_counter()
-            f()
-            if i >= warmup:
-                times[name].append((time.perf_counter() - start) * 1e3)
-    return times
 
 
 def _same_answers(results: list) -> None:

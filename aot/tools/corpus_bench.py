@@ -10,7 +10,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import time
 from collections import Counter
 from dataclasses import replace
@@ -20,12 +19,12 @@ from typing import Any, Callable
 import numpy as np
 
 from aot import api, runtime
-from aot.checks import reference
+from aot.checks import reference, timing
 from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.runtime.manifest import IndexStatus, Manifest
-from aot.tools import zoo
-from aot.tools.bench import _same_answers, interleaved
+from aot.models import zoo
+from aot.tools.bench import _same_answers
 from aot.tune.search import cpu_model
 
 ORT, ORT1, DEFAULT, TUNED = "onnxruntime", "onnxruntime 1 thread", "aot default", "aot tuned"
@@ -85,10 +84,10 @@ def _time_model(name: str, default: Path, tuned: Path, iterations: int,
         contenders = [(ORT, lambda: ort.run(names, ort_inputs)), (ORT1, lambda: ort1.run(names, ort_inputs)),
                       (DEFAULT, lambda: a.run(inputs)), (TUNED, lambda: b.run(inputs))]
         _same_answers([f() for _, f in reversed(contenders)])  # a fast wrong answer is not a result
-        # 24 orders of 4 contenders: each turn takes the next order (see bench.interleaved).
-        times = interleaved(contenders, warmup, iterations)
+        # 24 orders of 4 contenders, each turn the next; idle first: onnxruntime's workers spin.
+        times = timing.interleaved(contenders, timing.FAIR.with_counts(warmup, iterations))
         checks_us = _index_checks_us(b.manifest, inputs)
-    return {k: round(statistics.median(v), 4) for k, v in times.items()}, checks_us
+    return {k: round(v, 4) for k, v in timing.medians_ms(times).items()}, checks_us
 
 
 def _index_checks_us(manifest: Manifest, inputs: dict[str, np.ndarray], repeats: int = 500) -> float:
@@ -96,12 +95,7 @@ def _index_checks_us(manifest: Manifest, inputs: dict[str, np.ndarray], repeats:
     from aot.runtime.session import check_index_inputs
 
     checked = tuple(op for op in manifest.index_ops if op.status == IndexStatus.CHECKED)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        check_index_inputs(checked, inputs)
-        samples.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(samples)
+    return timing.median_us(timing.repeat(lambda: check_index_inputs(checked, inputs), repeats))
 
 
 def _geomean(values: list[float]) -> float:

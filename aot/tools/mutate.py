@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.tools import examples
+from aot.models import examples
 
 Mutation = Callable[[onnx.ModelProto, random.Random], str]   # edits in place, says what it did
 

@@ -7,7 +7,6 @@ first pinned to the accelerator and the second to the host by a plan file, joine
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -17,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aot import runtime
-from aot.checks import reference
+from aot.checks import reference, timing
 from aot.checks.session import CheckSession
 from aot.errors import AotError
 from aot.partition.plan import Plan, Region
@@ -114,10 +113,9 @@ class OverlapBench:
 
 def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
     """The bundle run with a lane per device against the same bundle run region after region,
-    interleaved in one process (``bench.interleaved``), on seeded random inputs."""
+    interleaved in one process (``checks.timing``), on seeded random inputs."""
     from aot.runtime import lanes
     from aot.runtime import manifest as mf
-    from aot.tools.bench import interleaved
 
     where = mf.bundle_dir(bundle)
     m = mf.read(where)   # refuse before loading anything
@@ -132,8 +130,8 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
         inputs = reference.random_inputs(m.inputs, seed=0)
         diff = max(float(np.max(np.abs(a - b), initial=0.0))
                    for a, b in zip(overlapped.run(inputs), serial.run(inputs)))
-        times = interleaved([("overlapped", lambda: overlapped.run(inputs)), ("serial", lambda: serial.run(inputs))],
-                            warmup, iterations)
+        times = timing.interleaved([("overlapped", lambda: overlapped.run(inputs)),
+                                    ("serial", lambda: serial.run(inputs))], timing.Schedule(warmup, iterations))
         _, per_region_us = serial.profile(inputs, repeats=iterations)
     driver = {r.name: m.driver(r) for r in m.regions}
     region_ms = {r: us / 1e3 for r, us in per_region_us.items()}
@@ -142,7 +140,7 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
         m.model.name, tuple((driver[lane[0]], lane) for lane in lanes.lanes(m.schedule, driver)), m.overlap,
         iterations, tuple((r, region_ms[r]) for r in m.schedule),
         lanes.finish_time(m.schedule, driver, waits, region_ms),
-        statistics.median(times["serial"]), statistics.median(times["overlapped"]), diff)
+        timing.median_ms(times["serial"]), timing.median_ms(times["overlapped"]), diff)
 
 
 def build_example(out: Path, progress: Callable[[str], None] = lambda s: None) -> Path:

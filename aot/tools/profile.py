@@ -12,17 +12,15 @@ from __future__ import annotations
 import collections
 import json
 import re
-import statistics
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from aot.checks import reference, verify
+from aot.checks import reference, timing, verify
 from aot.errors import AotError
 from aot.runtime import manifest as mf
 
@@ -157,11 +155,7 @@ def _onnxruntime(model: Path, feeds: dict[str, np.ndarray],
     plain = reference.session(model)
     wanted = {i.name for i in plain.get_inputs()}
     feeds = {k: v for k, v in feeds.items() if k in wanted}
-    walls = []
-    for _ in range(runs + 1):
-        start = time.perf_counter()
-        plain.run(None, feeds)
-        walls.append((time.perf_counter() - start) * 1e6)
+    walls = timing.repeat(lambda: plain.run(None, feeds), runs, warmup=1)
     with tempfile.TemporaryDirectory(prefix="aot-ort-profile-") as tmp:
         options = ort.SessionOptions()
         options.enable_profiling = True
@@ -174,7 +168,7 @@ def _onnxruntime(model: Path, feeds: dict[str, np.ndarray],
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             total[e["args"]["op_name"]] += e["dur"] / runs     # microseconds
-    return statistics.median(walls[1:]), tuple(total.most_common())
+    return timing.median_us(walls), tuple(total.most_common())
 
 
 def _tool(name: str, args: list[str]) -> str:

@@ -18,7 +18,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from aot.checks import timing
 from aot.checks.reference import random_inputs
 from aot.checks.session import CheckSession
 from aot.errors import AotError
@@ -107,9 +107,9 @@ def bench(out: Path, trials: int = 5, calls: int = 30, seed: int = 0) -> ReplayB
     results: dict[tuple[str, str], tuple[np.ndarray, ...]] = {}
     for _ in range(trials):
         for mode, _flags in modes:
-            start = time.perf_counter()
-            with CheckSession(where[mode], manifest) as session:
-                load_ms = (time.perf_counter() - start) * 1e3
+            load_s, opened = timing.timed(lambda: CheckSession(where[mode], manifest))
+            with opened as session:
+                load_ms = load_s * 1e3
                 for r in accel:
                     first, steady, outputs = _time_region(session, r, args[r.name], calls)
                     results.setdefault((r.name, mode), outputs)
@@ -158,15 +158,8 @@ def _region_args(bundle: Path, manifest: Manifest, seed: int) -> dict[str, list[
 
 def _time_region(session: CheckSession, region: RegionEntry, args: list[np.ndarray],
                  calls: int) -> tuple[float, float, tuple[np.ndarray, ...]]:
-    start = time.perf_counter()
-    outputs = session.run_region(region.name, args)
-    first = (time.perf_counter() - start) * 1e6
-    steady = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        session.run_region(region.name, args)
-        steady.append((time.perf_counter() - start) * 1e6)
-    return first, statistics.median(steady), outputs
+    first, steady, outputs = timing.first_and_steady(lambda: session.run_region(region.name, args), calls)
+    return first * 1e6, timing.median_us(steady), outputs
 
 
 def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -> Counter:

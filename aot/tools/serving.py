@@ -3,14 +3,13 @@ interleaved in one process (the machine's noise hits both alike), medians per re
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from aot import runtime
+from aot.checks import timing
 from aot.checks.reference import random_inputs
 from aot.errors import AotError
 from aot.runtime.shapes import resized
@@ -42,14 +41,8 @@ def batch_vs_single(bundle: Path, requests: int = 8, iterations: int = 30, seed:
         singles = [session.run(r) for r in batch]
         diff = max(float(np.abs(a.astype(np.float64) - b).max(initial=0.0))
                    for s, r in zip(singles, session.run_batch(batch)) for a, b in zip(r, s))
-        one, many = [], []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            for r in batch:
-                session.run(r)
-            one.append((time.perf_counter() - start) / requests * 1e6)
-            start = time.perf_counter()
-            session.run_batch(batch)
-            many.append((time.perf_counter() - start) / requests * 1e6)
-    return BatchBench(requests, statistics.median(one), statistics.median(many), diff, iterations)
+        times = timing.interleaved([("one", lambda: [session.run(r) for r in batch]),
+                                    ("many", lambda: session.run_batch(batch))], timing.Schedule(0, iterations))
+    one, many = (timing.median_us(times[k]) / requests for k in ("one", "many"))
+    return BatchBench(requests, one, many, diff, iterations)
 

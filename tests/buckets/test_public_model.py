@@ -11,7 +11,7 @@ import aot
 from aot import runtime
 from aot.checks import reference
 from aot.options import BuildOptions
-from aot.tools import zoo
+from aot.models import zoo
 
 pytestmark = [pytest.mark.device, pytest.mark.network]
 

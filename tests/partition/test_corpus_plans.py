@@ -10,7 +10,7 @@ from aot.options import BuildOptions
 from aot.partition.plan import boundaries
 from aot.partition.support import Overrides, SupportTable, label
 from aot.partition.plan import GateMode
-from aot.tools import zoo
+from aot.models import zoo
 
 pytestmark = pytest.mark.network   # plans the zoo models (fetched once, then cached)
 

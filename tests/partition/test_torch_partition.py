@@ -112,7 +112,7 @@ def test_the_onnx_path_needs_no_torch(tmp_path):
     from conftest import ROOT
 
     code = ("import sys; sys.modules['torch'] = None; sys.modules['iree.turbine'] = None\n"
-            "from aot import api; from aot.tools import examples; from aot.options import BuildOptions\n"
+            "from aot import api; from aot.models import examples; from aot.options import BuildOptions\n"
             f"from pathlib import Path; path = examples.write(Path(r'{tmp_path / 'm.onnx'}'))\n"
             "p = api.plan(path, BuildOptions())\n"
             "print(len(p.plan.regions), 'torch' in sys.modules and sys.modules['torch'] is not None)")

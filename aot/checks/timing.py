@@ -1,0 +1,127 @@
+"""The one timing harness: every benchmark, build measurement and tuning probe times calls here.
+
+Machines are shared and noisy (two cores here), so contenders are timed in one process,
+interleaved turn by turn, and compared by their medians. What one contender leaves running is
+charged to the next: onnxruntime's intra-op workers spin after each run (its default) and keep
+both cores busy well past its return. Measured on this 2-core machine: a MobileNetV3 bundle took
+25.3 ms right after onnxruntime even with one settling call, 13.6 ms after 50 ms idle or alone in
+its own process (onnxruntime: 5.6 ms either way). So where a spinning runtime shares the process
+the schedule is ``FAIR``: idle before each contender's turn, one untimed settling call of the same
+contender, then the timed call (DESIGN.md section 9).
+
+numpy-free and stdlib only: the tuner's probe process imports it."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence, TypeVar
+
+Call = Callable[[], object]
+T = TypeVar("T")
+
+
+class Order(enum.Enum):
+    ROTATE = "rotate"     # turn i starts at contender i mod n: none always follows the same one
+    PERMUTE = "permute"   # turn i takes the i-th of all n! orders: every predecessor equally often
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """How contenders take turns. Defaults time IREE modules against each other (no spinning
+    runtime in the process): rotate, no idle, no settling beyond the warm-up turns."""
+    warmup: int = 3           # whole turns run and discarded first (caches, lazy loads, JIT)
+    iterations: int = 30      # timed turns: one sample per contender each
+    idle_s: float = 0.0       # sleep before each contender's turn: spinning threads go to sleep
+    settle_calls: int = 0     # untimed calls of the same contender right before each timed one
+    settle_s: float = 0.0     # ... repeated until at least this long has passed
+    order: Order = Order.ROTATE
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.iterations < 1 or self.idle_s < 0 or self.settle_calls < 0 or self.settle_s < 0:
+            raise ValueError(f"invalid timing schedule {self}")
+
+    def with_counts(self, warmup: int, iterations: int) -> "Schedule":
+        return Schedule(warmup, iterations, self.idle_s, self.settle_calls, self.settle_s, self.order)
+
+
+IDLE_S = 0.05   # long enough for onnxruntime's spinning workers to stop (they spin ~10-20 ms)
+
+# Where onnxruntime (or any runtime whose workers spin) shares the process with the contenders.
+FAIR = Schedule(idle_s=IDLE_S, settle_calls=1, order=Order.PERMUTE)
+
+
+def interleaved(contenders: Mapping[str, Call] | Sequence[tuple[str, Call]], schedule: Schedule = Schedule(),
+                clock: Callable[[], float] = time.perf_counter,
+                sleep: Callable[[float], None] = time.sleep) -> dict[str, list[float]]:
+    """Seconds per timed call of each contender, ``schedule.iterations`` each, in the given
+    order of names. ``clock`` and ``sleep`` are the real ones outside tests."""
+    pairs = list(contenders.items()) if isinstance(contenders, Mapping) else list(contenders)
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise ValueError(f"contender names repeat: {[name for name, _ in pairs]}")
+    times: dict[str, list[float]] = {name: [] for name, _ in pairs}
+    for i in range(schedule.warmup + schedule.iterations):
+        for name, call in _turn(pairs, i, schedule.order):
+            if schedule.idle_s:
+                sleep(schedule.idle_s)
+            _settle(call, schedule, clock)
+            start = clock()
+            call()
+            elapsed = clock() - start
+            if i >= schedule.warmup:
+                times[name].append(elapsed)
+    return times
+
+
+def repeat(call: Call, iterations: int, warmup: int = 0,
+           clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Seconds of each of ``iterations`` calls of one contender, after ``warmup`` untimed ones."""
+    return interleaved([("call", call)], Schedule(warmup, iterations), clock)["call"]
+
+
+def timed(call: Callable[[], T], clock: Callable[[], float] = time.perf_counter) -> tuple[float, T]:
+    """(seconds, result) of one call: a cold call, or a load, that cannot be repeated in place."""
+    start = clock()
+    result = call()
+    return clock() - start, result
+
+
+def first_and_steady(call: Callable[[], T], iterations: int,
+                     clock: Callable[[], float] = time.perf_counter) -> tuple[float, list[float], T]:
+    """(seconds of the first call, seconds of each of ``iterations`` calls after it, the first
+    call's result): what a cold call costs beside the steady state."""
+    first, result = timed(call, clock)
+    return first, repeat(call, iterations, clock=clock), result
+
+
+def median_ms(samples: Sequence[float]) -> float:
+    return statistics.median(samples) * 1e3
+
+
+def median_us(samples: Sequence[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def medians_ms(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    return {name: median_ms(samples) for name, samples in times.items() if samples}
+
+
+def _turn(pairs: list[tuple[str, Call]], i: int, order: Order) -> Sequence[tuple[str, Call]]:
+    if order is Order.PERMUTE:
+        # n! orders are cheap for the handful of contenders a benchmark has; past 6, rotate.
+        if len(pairs) <= 6:
+            orders = list(itertools.permutations(pairs))
+            return orders[i % len(orders)]
+    k = i % len(pairs)
+    return pairs[k:] + pairs[:k]
+
+
+def _settle(call: Call, schedule: Schedule, clock: Callable[[], float]) -> None:
+    settled = clock() + schedule.settle_s
+    for _ in range(schedule.settle_calls):
+        call()
+    while clock() < settled:
+        call()
