@@ -140,6 +140,15 @@ class Machine:
 
 
 @dataclass(frozen=True, slots=True)
+class Rewrite:
+    """A front-end rewrite the build applied to the model: the op, how many of its nodes, and why."""
+
+    op: str
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class BuildRecord:
     opset: int                       # ONNX opset after upgrade; 0 for a PyTorch module
     folded_nodes: int
@@ -151,6 +160,7 @@ class BuildRecord:
     machine: Machine = field()
     verification: Verification | None = field(default=None, omit_default=True)
     host_runtime_measured: tuple[tuple[str, float], ...] = field(default=(), as_map=True, omit_default=True)
+    rewrites: tuple[Rewrite, ...] = field(default=(), omit_default=True)   # ops written out before planning
 
     def region(self, name: str) -> RegionRecord:
         return next(r for r in self.regions if r.name == name)

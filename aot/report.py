@@ -102,6 +102,9 @@ def text(m: Manifest, rec: BuildRecord | None) -> str:
         lines += ["", index_text(m)]
     if m.shapes:
         lines += ["", buckets_text(m)]
+    if rec is not None and rec.rewrites:
+        lines.append("\nops written out before planning (IREE cannot lower them as they are):")
+        lines += [f"  {w.op} x{w.count}: {w.reason}" for w in rec.rewrites]
     if rec is not None:
         reasons = Counter(reason for _, reason in rec.host_reasons)
         if reasons:
@@ -336,6 +339,7 @@ def plan_summary(planned: "Planned") -> str:
     lines = [f"model {planned.source.name!r}: {len(view.nodes)} nodes ({planned.source.folded_nodes} folded), "
              f"{len(plan.regions)} region(s), schedule {' -> '.join(plan.schedule)}",
              coverage_line(record.coverage)]
+    lines += [f"  expanded {e.op_type} x{e.count}: {e.reason}" for e in planned.source.expanded]
     for u in record.coverage.unsupported if record.coverage else ():
         lines.append(f"  unsupported {u.op} x{u.count}: {u.reason}")
     total = 0

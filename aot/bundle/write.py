@@ -25,7 +25,7 @@ from aot.partition.cost import RegionEstimate
 from aot.partition.plan import Plan
 from aot.runtime import codec, lanes
 from aot.runtime import manifest as mf
-from aot.record import PLAN, BuildRecord, GraphNode, Machine, PartitionRecord, RegionRecord
+from aot.record import PLAN, BuildRecord, GraphNode, Machine, PartitionRecord, RegionRecord, Rewrite
 from aot.runtime.manifest import BoundaryTensor, ConstantInput, Manifest, ModelInfo, RegionEntry, TensorSig, Weights
 from aot.workspace import publish
 
@@ -84,7 +84,8 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
         opset=source.opset, folded_nodes=source.folded_nodes, options=options, partition=partition,
         host_reasons=plan.reasons,
         graph=tuple(GraphNode(n.name, n.op_type, n.inputs, n.outputs) for n in view.nodes),
-        regions=tuple(records), machine=Machine.this())
+        regions=tuple(records), machine=Machine.this(),
+        rewrites=tuple(Rewrite(e.op_type, e.count, e.reason) for e in source.expanded))
     manifest = Manifest(
         model=ModelInfo(name=source.name, sha256=source.sha256, source=str(source.path), frontend=source.frontend),
         inputs=tuple(map(_sig, source.inputs)),

@@ -23,6 +23,7 @@ from aot.frontend.conv_transpose import decompose_strided_conv_transposes
 from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
+from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
 from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.source import ONNX_FAMILIES, OpFamily
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
@@ -56,6 +57,7 @@ class ModelSource:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     folded_nodes: int = 0   # nodes replaced by constants (static shape chains, constant branches)
+    expanded: tuple[Expanded, ...] = ()   # ops written out as their function bodies (expand.py)
     constants: tuple[tuple[str, np.ndarray], ...] = ()  # inputs baked in as constants
     index_ops: tuple[IndexOp, ...] = ()  # every op indexing with a tensor, and how it is kept in range
     frontend: str = "onnx"
@@ -97,6 +99,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     _forget_placeholder_dims(model)
     _name_nodes(model)
     model = _check_and_infer(model, path)
+    model, expanded = _expand(model, path)
     model, folded = _simplify(model, path)
     _require_static_outputs(model)
     # Two IREE 3.13 bugs avoided; for the CPU, three kinds of convolution rewritten.
@@ -116,8 +119,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model.graph.name = "main_graph"
     inputs = tuple(_spec(v, path) for v in _real_inputs(model))
     outputs = tuple(_spec(v, path) for v in model.graph.output if v.name not in flags)
-    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs, folded,
-                       baked, index_ops)
+    return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs,
+                       folded_nodes=folded, expanded=expanded, constants=baked, index_ops=index_ops)
 
 
 def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
@@ -141,6 +144,21 @@ def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
         model.graph.initializer.append(numpy_helper.from_array(array, name))
         baked.append((name, array))
     return tuple(baked)
+
+
+def _expand(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[Expanded, ...]]:
+    """The ops IREE cannot lower, as their standard function bodies (``frontend/expand.py``)."""
+    found = expanded_ops(model)
+    if not found:
+        return model, ()
+    try:
+        result = expand_functions(model)
+    except (ExpansionError, onnx.checker.ValidationError, shape_inference.InferenceError) as e:
+        raise ModelError(f"{str(path)!r}: cannot write out {', '.join(x.op_type for x in found)} as its ONNX "
+                         f"function body, which IREE needs: {str(e).strip().splitlines()[0]}",
+                         hint="re-export the model with these ops decomposed (e.g. an older opset)") from e
+    _name_nodes(result.model)
+    return _check_and_infer(result.model, path), found
 
 
 _MAX_ROUNDS = 8  # each round can expose one more level of nested constant Ifs

@@ -11,9 +11,12 @@ live with the stages that use them (``checks/``, ``lower/``), keyed by ``FrontEn
 from __future__ import annotations
 
 import enum
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from aot.frontend.graph import GraphView
+
+if TYPE_CHECKING:
+    from aot.frontend.expand import Expanded
 
 
 class FrontEndKind(str, enum.Enum):
@@ -41,6 +44,10 @@ class FrontEnd(Protocol):
     def folded_nodes(self) -> int: ...
     @property
     def frontend(self) -> str: ...
+    @property
+    def expanded(self) -> tuple[Expanded, ...]:
+        """Ops written out as their function bodies before planning (``frontend/expand.py``)."""
+        ...
 
     def op_families(self, op_type: str) -> frozenset[OpFamily]:
         """The families of an op type of this front end's vocabulary (``Conv``, ``aten.conv2d``)."""

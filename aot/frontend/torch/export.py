@@ -61,6 +61,7 @@ class TorchSource:
     frontend: str = "torch"
     opset: int = 0                     # ONNX-only fields, so the manifest treats both sources alike
     folded_nodes: int = 0
+    expanded: tuple = ()
     constants: tuple = ()
     index_ops: tuple = ()
 
