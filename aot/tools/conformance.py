@@ -24,6 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from aot.runtime.target import Target
+from aot.tools import conformance_report
 from aot.tools.isolate import in_child
 from aot.partition.plan import GateMode
 
@@ -33,7 +34,7 @@ Case = Any
 # Per data set of a case: its inputs and expected outputs (arrays, or sequences/optionals of them).
 DataSets = list[tuple[list[Any], list[Any]]]
 
-CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
+CATEGORIES = conformance_report.CATEGORIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ def run_case(case: Case, accel: str) -> CaseResult:
         except (ImporterError, OutlineError, PartitionError) as e:
             return CaseResult(case.name, "import error", e.message[:200], time.perf_counter() - start)
         except CompileError as e:
-            return CaseResult(case.name, "compile error", e.stderr_tail[:200], time.perf_counter() - start)
+            return CaseResult(case.name, "compile error", _first_error(e.stderr_tail), time.perf_counter() - start)
         fallbacks = [r.name for r in result.bundle.record.regions if r.fallback]
         names, skip = _input_names(case), dict(baked)
         try:
@@ -163,6 +164,15 @@ def _shapes_from_data(case: Case, sets: DataSets, baked: Iterable[tuple[str, np.
                  if isinstance(a, np.ndarray) and a.ndim > 0 and n not in skip)
 
 
+def _first_error(stderr: str) -> str:
+    """The first ``error:`` line of a compiler's output without its file location (a temporary
+    path that would eat the 200 characters kept), else the output's start."""
+    for line in stderr.splitlines():
+        if "error:" in line:
+            return line[line.index("error:"):][:200]
+    return stderr.strip()[:200]
+
+
 def _diff(got: np.ndarray, want: np.ndarray) -> str:
     if got.shape != want.shape:
         return f"shape {list(got.shape)} vs expected {list(want.shape)}"
@@ -211,35 +221,10 @@ def run(target: str, pattern: str | None = None, limit: int | None = None, worke
                       for r in results]}
 
 
-def markdown(results: list[dict]) -> str:
-    """Summary of one or more targets' results: counts per category, pass rates, failures."""
-    from importlib.metadata import version
-
-    lines = ["# ONNX node conformance through aot", "",
-             f"onnx {version('onnx')}, iree-base-compiler {version('iree-base-compiler')}. "
-             "Regenerate with `make conformance` (full) or `aot conformance --target T`.", "",
-             "| target | cases | " + " | ".join(CATEGORIES) + " | pass / importable |",
-             "|---|---|" + "---|" * len(CATEGORIES) + "---|"]
-    for res in results:
-        c = res["counts"]
-        importable = res["total"] - c["unsupported"] - c["import error"]
-        lines.append(f"| {res['target']} | {res['total']} | " + " | ".join(str(c[k]) for k in CATEGORIES)
-                     + f" | {100 * c['pass'] / max(importable, 1):.1f}% |")
-    for res in results:
-        lines += ["", f"## Not passing on {res['target']}", ""]
-        for cat in CATEGORIES[1:]:
-            failed = [x for x in res["cases"] if x["status"] == cat]
-            if failed:
-                lines.append(f"### {cat} ({len(failed)})")
-                lines += [f"- `{x['name']}`: {x['detail']}".rstrip(": ") for x in failed]
-                lines.append("")
-    return "\n".join(lines) + "\n"
-
-
 def write(results: dict, json_path: Path, markdown_path: Path | None = None) -> None:
     """Write this target's JSON; regenerate the markdown from every target's JSON beside it."""
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     if markdown_path is not None:
         runs = [json.loads(p.read_text()) for p in sorted(json_path.parent.glob("conformance-*.json"))]
-        markdown_path.write_text(markdown(runs))
+        markdown_path.write_text(conformance_report.markdown(runs))

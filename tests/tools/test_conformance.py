@@ -7,7 +7,7 @@ import pytest
 
 import json
 
-from aot.tools import conformance
+from aot.tools import conformance, conformance_report
 from conftest import ROOT
 
 pytestmark = pytest.mark.device  # compiles with IREE and runs on a real device
@@ -43,6 +43,33 @@ def test_markdown_summary_counts_every_category():
                       {"name": "test_b", "status": "compile error", "detail": "boom"},
                       {"name": "test_c", "status": "unsupported", "detail": "dynamic"}]}
     fake["counts"].update({"pass": 1, "compile error": 1, "unsupported": 1})
-    text = conformance.markdown([fake])
-    assert "| llvm-cpu | 3 | 1 | 0 | 0 | 1 | 0 | 1 | 50.0% |" in text
+    text = conformance_report.markdown([fake])
+    assert "| llvm-cpu | 3 | 1 | 0 | 0 | 1 | 0 | 1 | 33.3% | 50.0% |" in text
     assert "- `test_b`: boom" in text
+    assert "| other compile error | 1 |" in text and "| b | 1 | 0 | 1 |" in text
+
+
+@pytest.mark.parametrize("case, expected", [
+    ({"name": "test_rms_normalization_2d", "status": "compile error",
+      "detail": "error: failed to legalize operation 'torch.operator' that was explicitly marked illegal"},
+     conformance_report.ErrorClass.MISSING_PATTERN),
+    ({"name": "test_x", "status": "compile error", "detail": "/tmp/r0.mlir:4:10: error: failed to legalize operation"},
+     conformance_report.ErrorClass.MISSING_PATTERN),
+    ({"name": "test_sce_x_log_prob", "status": "compile error",
+      "detail": "<unknown>:0: error: failed to legalize operation 'torch.constant.int'"},
+     conformance_report.ErrorClass.CONSTANT),
+    ({"name": "test_mod_mixed_sign_float64", "status": "runtime error", "detail": "undefined symbol: fmod"},
+     conformance_report.ErrorClass.LIBM),
+    ({"name": "test_cast_FLOAT_to_FLOAT8E4M3FN", "status": "compile error", "detail": "x"},
+     conformance_report.ErrorClass.NARROW_TYPE),
+    ({"name": "test_attention_4d_causal_fp16_expanded", "status": "wrong result", "detail": "max abs diff 0.000488"},
+     conformance_report.ErrorClass.HALF_TOLERANCE),
+    ({"name": "test_det_2d", "status": "wrong result", "detail": "max abs diff nan"}, conformance_report.ErrorClass.WRONG),
+])
+def test_each_failure_has_one_error_class(case, expected):
+    assert conformance_report.error_class(case) is expected
+
+
+def test_first_error_drops_the_temporary_location():
+    tail = "note: x\n/tmp/aot-conf-abc/out/build/regions/r0.mlir:4:10: error: failed to legalize operation 'torch.operator'\n"
+    assert conformance._first_error(tail) == "error: failed to legalize operation 'torch.operator'"
