@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     ov.add_argument("--iterations", type=int, default=30)
     ov.set_defaults(func=_cmd_bench_overlap)
 
+    bh = sub.add_parser("bench-harness", help="is the benchmark harness fair? each contender timed interleaved in "
+                                              "one process vs alone in a process of its own, medians")
+    bh.add_argument("bundles", nargs="+", help="bundles built from ONNX models (the model must be where it was)")
+    bh.add_argument("--iterations", type=int, default=30)
+    bh.set_defaults(func=_cmd_bench_harness)
+
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
@@ -284,6 +290,14 @@ def _cmd_bench_overlap(args: argparse.Namespace) -> int:
     bundle = Path(args.bundle) if args.bundle else overlap.build_example(
         Path("artifacts/bench/overlap"), lambda s: print(s, file=sys.stderr))
     print(overlap.bench(bundle, args.iterations).text())
+    return 0
+
+
+def _cmd_bench_harness(args: argparse.Namespace) -> int:
+    from aot.tools import harness_check
+
+    for bundle in args.bundles:
+        print(harness_check.check(Path(bundle), args.iterations).text(), flush=True)
     return 0
 
 

@@ -16,3 +16,14 @@ def test_bench_prints_medians_and_ratios(example_model, tmp_path):
     assert re.search(r"ratio bundle/onnxruntime:\s+\d+\.\d+", out)
     assert re.search(r"runtime overhead per region call: -?\d+\.\d+ us", out)
     assert out.count("median") == 4 and "2 region(s)" in out
+
+
+@pytest.mark.device  # runs a compiled bundle
+def test_bench_harness_times_each_contender_in_process_and_alone(host_bundle):
+    from aot.tools import harness_check
+
+    result = harness_check.check(host_bundle.bundle.path, iterations=3, warmup=1)
+    assert [n for n, _ in result.in_process_ms] == [n for n, _ in result.alone_ms] == ["bundle", "onnxruntime"]
+    for name, ms in (*result.in_process_ms, *result.alone_ms):
+        assert 0 < ms < 10_000, (name, ms)       # NaN fails both comparisons
+    assert "deviation" in result.text() and result.deviation("bundle") > -1
