@@ -1,0 +1,117 @@
+"""The exact key of a measured plan: what must be equal for a measurement to be reused.
+
+The graph part is a Weisfeiler-Lehman hash over exact node labels (op type, attributes, input and
+output shapes and dtypes, the device the plan assigns and the node's region's place in the
+schedule), with each edge labelled by the consumer's input port (so ``Sub(a, b)`` and
+``Sub(b, a)`` differ) and by whether it crosses regions (so the same devices grouped into other
+regions differ). Node and value names do not enter it: a renamed but otherwise identical graph
+hits. Everything else that changes a timing joins the hash: flags, the host runtime, the device
+fingerprint, and the versions of the compiler, aot, this key's pipeline and networkx (whose WL
+hash values changed in 3.5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Mapping
+
+from aot.frontend.graph import GraphView, Node
+
+KEY_VERSION = 1       # bump when the labels or the pass pipeline before planning change
+WL_ITERATIONS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class PlanKey:
+    graph: str     # WL hash of the labelled graph (devices and region cuts included)
+    context: str   # digest of flags, host runtime, device fingerprint and tool versions
+    key: str       # the two together: the database's lookup key
+
+
+def node_label(node: Node, view: GraphView, device: str, slot: int) -> str:
+    """Everything about a node that changes its cost, nothing that names it."""
+    def values(names: tuple[str, ...]) -> list[str]:
+        return [value_label(view, v) for v in names]
+
+    attrs = sorted((k, repr(v)) for k, v in node.attrs)
+    return json.dumps([node.op_type, attrs, values(node.inputs), values(node.const_inputs), values(node.outputs),
+                       device, slot])
+
+
+def graph_hash(view: GraphView, device_of: Mapping[str, str], slot_of: Mapping[str, int]) -> str:
+    """WL hash of ``view`` labelled with each node's device and its region's place in the schedule."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for n in view.nodes:
+        g.add_node(n.name, label=node_label(n, view, device_of.get(n.name, "?"), slot_of.get(n.name, -1)))
+    for i, v in enumerate(view.inputs):
+        g.add_node(f"\0in{i}", label=f"input {i} {value_label(view, v)}")
+    for i, v in enumerate(view.outputs):
+        g.add_node(f"\0out{i}", label=f"output {i}")
+    ports: dict[tuple[str, str], list[str]] = {}
+    input_node = {v: f"\0in{i}" for i, v in enumerate(view.inputs)}
+    for n in view.nodes:
+        for port, v in enumerate(n.inputs):
+            source = view.producer(v) or input_node.get(v)
+            if source is None:
+                continue
+            cut = "cut" if slot_of.get(source, -2) != slot_of.get(n.name, -3) and source in slot_of else "same"
+            ports.setdefault((source, n.name), []).append(f"{port}:{cut}")
+    for i, v in enumerate(view.outputs):
+        if (p := view.producer(v)) is not None:
+            ports.setdefault((p, f"\0out{i}"), []).append("out")
+    # Both directions, each with its port list: a node's WL label then sees what feeds it (and
+    # through which operand) as well as what it feeds.
+    for (a, b), labels in ports.items():
+        text = ",".join(sorted(labels))
+        g.add_edge(a, b, port=f">{text}")
+        g.add_edge(b, a, port=f"<{text}")
+    with warnings.catch_warnings():   # "hashes changed in 3.5": the version is in the key's context
+        warnings.simplefilter("ignore", UserWarning)
+        return str(nx.weisfeiler_lehman_graph_hash(g, edge_attr="port", node_attr="label",
+                                                   iterations=WL_ITERATIONS, digest_size=16))
+
+
+def value_label(view: GraphView, v: str) -> str:
+    """A value's dtype and shape (``float32[1, 3, 8, 8]``), or ``?`` where unknown."""
+    val = view.values.get(v)
+    if val is None:
+        return "?"
+    return f"{val.dtype}{list(val.shape) if val.shape is not None else '?'}"
+
+
+def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]], schedule: tuple[str, ...],
+             flags: Mapping[str, tuple[str, ...]] | None = None, host_runtime: str = "",
+             fingerprint: str = "") -> PlanKey:
+    """The key of a plan: ``regions`` maps a region name to (device, its nodes); ``flags`` maps a
+    region to its pinned optimisation flags. Region names do not enter the key, only positions."""
+    import networkx as nx
+
+    slot = {name: i for i, name in enumerate(schedule)}
+    device_of = {n: dev for name, (dev, nodes) in regions.items() for n in nodes}
+    slot_of = {n: slot[name] for name, (_, nodes) in regions.items() for n in nodes}
+    graph = graph_hash(view, device_of, slot_of)
+    context = hashlib.sha256(json.dumps({
+        "flags": [list((flags or {}).get(name, ())) for name in schedule], "host_runtime": host_runtime,
+        "fingerprint": fingerprint, "key_version": KEY_VERSION, "networkx": nx.__version__,
+        "compiler": _version("iree-base-compiler"), "aot": _aot_version(),
+    }, sort_keys=True).encode()).hexdigest()[:32]
+    return PlanKey(graph, context, hashlib.sha256(f"{graph}/{context}".encode()).hexdigest()[:40])
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except Exception:  # noqa: BLE001 - a missing package is part of the context, not an error
+        return "none"
+
+
+def _aot_version() -> str:
+    import aot
+
+    return aot.__version__
