@@ -111,6 +111,19 @@ def _parser() -> argparse.ArgumentParser:
     bh.add_argument("--iterations", type=int, default=30)
     bh.set_defaults(func=_cmd_bench_harness)
 
+    ln = sub.add_parser("learn", help="the learned partition policy's data: collect measured plans")
+    lsub = ln.add_subparsers(dest="learn_command", required=True)
+    lc = lsub.add_parser("collect", help="build and time every distinct candidate plan of each model into a "
+                                         "cost database (append-only, resumable)")
+    lc.add_argument("models", nargs="+", help="ONNX models or zoo:NAME")
+    lc.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
+    lc.add_argument("--perturbations", type=int, default=8, help="seeded random boundary perturbations per model")
+    lc.add_argument("--seed", type=int, default=0)
+    lc.add_argument("--iterations", type=int, default=20, help="timed runs per plan (median)")
+    lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
+    _add_options(lc)
+    lc.set_defaults(func=_cmd_learn_collect)
+
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
@@ -298,6 +311,18 @@ def _cmd_bench_harness(args: argparse.Namespace) -> int:
 
     for bundle in args.bundles:
         print(harness_check.check(Path(bundle), args.iterations).text(), flush=True)
+    return 0
+
+
+def _cmd_learn_collect(args: argparse.Namespace) -> int:
+    from aot.learn import collect
+
+    for model in args.models:
+        done = collect.collect(model, Path(args.db), Path(args.output), _build_options(args), args.perturbations,
+                               args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr))
+        print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
+              f"in the database, {len(done.failed)} failed")
+    print(args.db)
     return 0
 
 

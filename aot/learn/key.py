@@ -17,9 +17,12 @@ import json
 import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from aot.frontend.graph import GraphView, Node
+
+if TYPE_CHECKING:
+    from aot.options import BuildOptions
 
 KEY_VERSION = 1       # bump when the labels or the pass pipeline before planning change
 WL_ITERATIONS = 4
@@ -115,3 +118,16 @@ def _aot_version() -> str:
     import aot
 
     return aot.__version__
+
+
+def device_fingerprint(options: "BuildOptions") -> str:
+    """The devices a plan's timings belong to, coarsely: the accelerator's backend and arch, the
+    host's ISA class and core count (``vulkan-spirv:llvmpipe host=x86-64-v4 cores=2``)."""
+    import os
+
+    from aot.runtime.manifest import cpu_flags
+
+    flags = set(cpu_flags())
+    isa = "x86-64-v4" if "avx512f" in flags else "x86-64-v3" if "avx2" in flags else "baseline"
+    accel = f"{options.accel.backend}:{options.accel.arch}" if options.accel else "none"
+    return f"{accel} host={isa} cores={os.cpu_count() or 1}"

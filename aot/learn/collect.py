@@ -1,0 +1,152 @@
+"""``aot learn collect``: distinct candidate plans of each model, built through the normal stages
+and timed end to end on the real devices, one row each in the cost database.
+
+Candidates of a model: the partitioner under every policy and selection mode, minimum-compute
+thresholds swept; all on the host; all on the accelerator where every node can go there; and
+seeded random perturbations of region boundaries (a node moved to the other device, repaired by
+the cycle-free merge and checked by ``plan.validate``). They are deduplicated by their key
+(``key.plan_key``), so a plan measured before is skipped, and a killed collection resumes where
+it stopped. Compiles hit the content-hash cache for regions that repeat across candidates.
+Timing holds the cross-process lock: two collectors never time at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from aot.checks import reference, timing
+from aot.errors import AotError, PartitionError
+from aot.learn import db as costdb
+from aot.learn.key import PlanKey, device_fingerprint, plan_key
+from aot.options import BuildOptions
+from aot.partition import policies
+from aot.partition import select as selection
+from aot.partition.partitioner import make_plan, plan_from_groups, single_region_plan
+from aot.partition.plan import GateMode, Plan, validate
+from aot.partition.support import ACCEL, HOST
+from aot.pipeline import Planned, build_planned, plan_model
+
+Progress = Callable[[str], None]
+MIN_COMPUTE_SWEEP = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    origin: str     # how it was made: "policy=greedy select=all min_compute=2", "all-host", "perturb 3"
+    plan: Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    model: str
+    candidates: int      # distinct plans generated
+    measured: int        # rows added this run
+    skipped: int         # already in the database
+    failed: tuple[tuple[str, str], ...]   # (origin, why) of plans that did not build or run
+
+
+def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed: int) -> Iterator[Candidate]:
+    """Every candidate plan of a model, in a fixed order (seeded)."""
+    view = planned.view
+    yield Candidate("all-host", single_region_plan(view, HOST))
+    if options.accel is None:
+        return
+    for policy in policies.names():
+        for mode in selection.MODES:
+            for min_compute in MIN_COMPUTE_SWEEP:
+                popts = dataclasses.replace(planned.options, policy=policy, select=mode, min_compute=min_compute,
+                                            gate=GateMode.OFF)
+                try:
+                    plan = make_plan(view, popts)
+                except PartitionError:
+                    continue
+                yield Candidate(f"policy={policy} select={mode} min_compute={min_compute}", plan)
+    try:
+        everything = single_region_plan(view, ACCEL)
+        validate(everything, view)
+        yield Candidate("all-accel", everything)
+    except PartitionError:
+        pass
+    rng = random.Random(seed)
+    base = {n: r.device for r in planned.plan.regions for n in r.nodes}
+    merge = policies.get(planned.options.policy)
+    for i in range(perturbations):
+        devices = dict(base)
+        for name in rng.sample(sorted(devices), k=max(1, len(devices) // 10)):
+            devices[name] = HOST if devices[name] == ACCEL else ACCEL
+        try:
+            groups = merge(view, devices)
+            plan = plan_from_groups(view, groups, {n: "perturbed" for n, d in devices.items() if d == HOST})
+            validate(plan, view)
+        except PartitionError:
+            continue
+        yield Candidate(f"perturbation {i}", plan)
+
+
+def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
+            perturbations: int = 8, seed: int = 0, iterations: int = 20,
+            progress: Progress = lambda s: None) -> Collected:
+    """Measure every new candidate plan of ``model`` into ``database``."""
+    from aot import api, runtime
+
+    path, options = api.resolve(model, options)
+    fingerprint = device_fingerprint(options)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    options = dataclasses.replace(options, gate=GateMode.OFF, verify=False)
+    measured = skipped = 0
+    failed: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    with costdb.CostDatabase(database) as db:
+        known = db.keys()
+        todo: list[tuple[Candidate, PlanKey]] = []
+        for cand in candidates(planned, options, perturbations, seed):
+            key = _key(planned, cand.plan, fingerprint)
+            if key.key in seen:
+                continue
+            seen.add(key.key)
+            if key.key in known:
+                skipped += 1
+            else:
+                todo.append((cand, key))
+        progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured")
+        for i, (cand, key) in enumerate(todo):
+            out = work / f"c{i}"
+            try:
+                result = build_planned(dataclasses.replace(planned, plan=cand.plan), out, options)
+                manifest = result.bundle.manifest
+                inputs = reference.random_inputs(manifest.inputs, seed=0)
+                with costdb.timing_lock(database), runtime.load(result.bundle.path) as session:
+                    times = timing.interleaved([("plan", lambda: session.run(inputs))],
+                                               timing.Schedule(3, iterations))
+            except AotError as e:
+                failed.append((cand.origin, e.message[:200]))
+                progress(f"collect  {cand.origin}: failed: {e.message[:120]}")
+                continue
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+            total = timing.median_us(times["plan"])
+            db.add(costdb.Measurement(
+                key=key.key, graph=key.graph, model=str(model), plan_digest=_digest(cand.plan),
+                plan=json.dumps(cand.plan.to_json(), sort_keys=True), fingerprint=fingerprint,
+                versions=json.dumps(dict(manifest.toolchain), sort_keys=True), total_us=total, regions_us=()))
+            measured += 1
+            progress(f"collect  [{i + 1}/{len(todo)}] {cand.origin}: {len(cand.plan.regions)} region(s), "
+                     f"{total:.1f} us")
+    return Collected(str(model), len(seen), measured, skipped, tuple(failed))
+
+
+def _key(planned: Planned, plan: Plan, fingerprint: str) -> PlanKey:
+    regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
+    return plan_key(planned.view, regions, plan.schedule, plan.pinned_flags, fingerprint=fingerprint)
+
+
+def _digest(plan: Plan) -> str:
+    return hashlib.sha256(json.dumps(plan.to_json(), sort_keys=True).encode()).hexdigest()
+
