@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast test-all bench conformance fuzz clean
+.PHONY: setup model test test-fast test-all bench conformance fuzz soak clean
 
 setup:
 	@bash scripts/setup.sh
@@ -35,8 +35,9 @@ test-fast: setup
 
 # The exhaustive sweeps whose seeded subsets `make test` runs, after it (2-core machine; the sweep
 # times are the subsets' scaled up): fuzz 1,000 mutants (~5 min; make test runs 100, 30 s) and
-# every ONNX node test case on llvm-cpu and Vulkan (~25 min; make test runs 135 cases, 50 s).
-test-all: test fuzz conformance
+# every ONNX node test case on llvm-cpu and Vulkan (~25 min; make test runs 135 cases, 50 s), and
+# the 10,000-request soak (make test runs 1,000).
+test-all: test fuzz conformance soak
 
 # `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
 # `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.
@@ -56,6 +57,13 @@ conformance: setup
 FUZZ_COUNT ?= 1000
 fuzz: setup
 	$(AOT) fuzz --count $(FUZZ_COUNT) -o artifacts/fuzz
+
+# Serving under load: 10,000 requests from 16 threads through one Batcher over MTCNN's ONet with
+# batch buckets (a public model with a symbolic batch), a tenth malformed (make test runs 1,000).
+SOAK_REQUESTS ?= 10000
+soak: setup
+	$(AOT) build zoo:mtcnn-onet --accel none --batch-buckets 1,2,4,8 -o artifacts/soak
+	$(AOT) soak artifacts/soak --requests $(SOAK_REQUESTS)
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache

@@ -124,6 +124,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
 
+    sk = sub.add_parser("soak", help="serving under load: client threads through one Batcher over a bucketed "
+                                     "bundle, some requests malformed; nothing wrong, nothing lost")
+    sk.add_argument("bundle", help="a bundle with batch buckets")
+    sk.add_argument("--requests", type=int, default=10_000)
+    sk.add_argument("--clients", type=int, default=16)
+    sk.add_argument("--seed", type=int, default=0)
+    sk.set_defaults(func=_cmd_soak)
+
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
@@ -324,6 +332,17 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
               f"in the database, {len(done.failed)} failed")
     print(args.db)
     return 0
+
+
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from aot.tools import soak
+
+    result = soak.soak(Path(args.bundle), args.requests, args.clients, seed=args.seed)
+    print(result.text())
+    answered, errors, seconds = soak.close_in_flight(Path(args.bundle), seed=args.seed)
+    print(f"closed with {answered + errors} requests in flight: {answered} answered, {errors} errors, "
+          f"in {seconds:.2f} s")
+    return 0 if result.ok else 1
 
 
 def _corpus_bench(args: argparse.Namespace) -> int:
