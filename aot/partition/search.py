@@ -39,7 +39,11 @@ from aot.partition.support import Device, Group, Groups
 from aot.runtime import lanes
 
 SEED = 27                # random node orders: random.Random(SEED + segment index)
-ENUMERATE_MAX_NODES = 200  # larger segments have more orders than any budget: sample them
+ENUMERATE_MAX_NODES = 200  # larger segments (region graphs) have more orders than any budget: sample them
+# regions.fuse tries every pair of regions for a path between them (quadratic in regions, times the
+# edges): past this many runs one fusion costs seconds, and an order that scatters a segment
+# into so many runs is rarely the one that wins.
+FUSE_MAX_RUNS = 48
 
 Moves = Callable[[Groups], Mapping[str, str]]   # the partition rules: node -> why it must move
 Schedule = tuple[Group, ...]                    # regions in the order they are issued
@@ -168,9 +172,11 @@ def _candidates(view: GraphView, seg: Segment, baseline: Schedule, device: Mappi
                 runs.append(Group(device[n], (n,)))
         spelled = tuple(scorer.group(g.device, g.nodes) for g in runs)
         yield spelled                                      # the runs in the order that made them
-        fused = tuple(regions.fuse(sub, list(spelled)))
-        yield _greedy_order(fused, sub)
-        groupings += [spelled, fused]
+        groupings.append(spelled)
+        if len(spelled) <= FUSE_MAX_RUNS:
+            fused = tuple(regions.fuse(sub, list(spelled)))
+            yield _greedy_order(fused, sub)
+            groupings.append(fused)
     for grouping in groupings:
         yield from _orders(grouping, sub, budget)
 
@@ -194,6 +200,8 @@ def _greedy_order(groups: Schedule, sub: GraphView) -> Schedule:
 
 
 def _orders(groups: Schedule, sub: GraphView, limit: int) -> Iterator[Schedule]:
+    if len(groups) > ENUMERATE_MAX_NODES:   # the walk recurses once per region
+        return
     names = [str(i) for i in range(len(groups))]
     for issued in order.enumerate_orders(names, _edges(groups, sub), limit):
         yield tuple(groups[int(k)] for k in issued)
