@@ -165,3 +165,25 @@ def test_plan_summary_and_record_state_the_segments_and_the_search(example_model
     greedy = api.plan(example_model, BuildOptions(), suggest=False)
     assert greedy.record.order_search is None and "order search" not in report.plan_summary(greedy)
     assert "segment   0" in report.plan_summary(greedy)
+
+
+def test_the_bundle_report_prints_each_segment_and_the_search_from_the_record():
+    import dataclasses
+
+    from conftest import small_manifest, small_record
+    from aot.record import SegmentRecord
+    from aot.runtime.manifest import BoundaryTensor
+
+    outcome = partition(two_branches(), options(OrderMode.SEARCH, HOST_SIDE)).order_search
+    rec = small_record()
+    rec = dataclasses.replace(rec, partition=dataclasses.replace(
+        rec.partition, segments=(SegmentRecord(0, 5, "j", "j"),), order_search=outcome))
+    manifest = dataclasses.replace(small_manifest(), boundary_tensors=(
+        ("x", BoundaryTensor("float32", (1, 2), 8)), ("y", BoundaryTensor("float32", (1, 2), 8))))
+    text = report.text(manifest, rec)
+    seg = outcome.segments[0]
+    assert (f"segment   0     5 node(s)  j  [{seg.plans_scored} plan(s) scored: greedy {seg.greedy_us:.1f} us, "
+            f"chosen {seg.chosen_us:.1f} us]") in text
+    assert f"greedy plan {outcome.greedy_us:.1f} us, searched plan {outcome.searched_us:.1f} us" in text
+    assert "kept the search plan" in text
+    assert "segment" not in report.text(manifest, small_record())   # a record from before segments
