@@ -187,3 +187,50 @@ def test_the_bundle_report_prints_each_segment_and_the_search_from_the_record():
     assert f"greedy plan {outcome.greedy_us:.1f} us, searched plan {outcome.searched_us:.1f} us" in text
     assert "kept the search plan" in text
     assert "segment" not in report.text(manifest, small_record())   # a record from before segments
+
+
+@st.composite
+def chained_blocks(draw):
+    """Random DAG blocks in series (each block's sink feeds the next block's nodes without other
+    producers), tensors of mixed sizes, random host nodes: several segments per model."""
+    nodes: list[Node] = []
+    values: dict[str, Value] = {}
+    host: set[str] = set()
+    previous: str | None = None
+    for b in range(draw(st.integers(2, 5))):
+        names = [f"b{b}n{i}" for i in range(draw(st.integers(2, 6)))]
+        for i, name in enumerate(names):
+            preds = draw(st.lists(st.sampled_from(names[:i]), max_size=2, unique=True)) if i else []
+            ins = tuple(f"{p}.out" for p in preds) or ((f"{previous}.out",) if previous else ("x",))
+            nodes.append(Node(name, "Relu", ins, (f"{name}.out",)))
+            values[f"{name}.out"] = Value(f"{name}.out", "float32", (draw(st.sampled_from([4, 4096, 262144])),))
+            if draw(st.booleans()):
+                host.add(name)
+        sinks = [n for n in names if not any(f"{n}.out" in m.inputs for m in nodes)]
+        join = f"b{b}join"
+        nodes.append(Node(join, "Add", tuple(f"{n}.out" for n in sinks), (f"{join}.out",)))
+        values[f"{join}.out"] = Value(f"{join}.out", "float32", (4096,))
+        previous = join
+    values["x"] = Value("x", "float32", (4096,))
+    return GraphView.build(nodes, ["x"], [f"{previous}.out"], values), tuple(sorted(host))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(chained_blocks(), st.integers(1, 4))
+def test_search_over_several_segments_links_valid_winners_no_slower_than_greedy(case, min_segment_nodes):
+    view, host = case
+    greedy = partition(view, options(OrderMode.GREEDY, host)).plan
+    result = partition(view, options(OrderMode.SEARCH, host, order_budget=12, min_segment_nodes=min_segment_nodes))
+    validate(result.plan, view)
+    assert {n: r.device for r in result.plan.regions for n in r.nodes} == \
+        {n: r.device for r in greedy.regions for n in r.nodes}
+    outcome = result.order_search
+    assert outcome.searched_us == pytest.approx(plan_cost(
+        {r.name: Group(r.device, r.nodes) for r in result.plan.regions}, view, COST, result.plan.schedule).total_us
+        if outcome.kept is OrderMode.SEARCH else outcome.searched_us)
+    assert estimate(result.plan, view) <= estimate(greedy, view) + 1e-9
+    if outcome.kept is OrderMode.SEARCH and outcome.fused_bounds == 0:
+        # no region spans a segment bound: the plan's lane time is the sum of its segments' times
+        transfers = plan_cost({r.name: Group(r.device, r.nodes) for r in result.plan.regions}, view, COST,
+                              result.plan.schedule).transfer_us
+        assert outcome.searched_us - transfers == pytest.approx(sum(s.chosen_us for s in outcome.segments), abs=0.01)
