@@ -24,8 +24,8 @@ COST = CostModel.load("vulkan-spirv")
 
 
 def options(order: OrderMode, host: tuple[str, ...] = (), **settings):
-    return BuildOptions(min_compute=1, gate=GateMode.OFF, order=order, overrides=Overrides(host_nodes=host),
-                        **settings).partition_options()
+    return BuildOptions(**{"min_compute": 1, "gate": GateMode.OFF, **settings}, order=order,
+                        overrides=Overrides(host_nodes=host)).partition_options()
 
 
 def estimate(plan: Plan, view: GraphView) -> float:
@@ -234,3 +234,15 @@ def test_search_over_several_segments_links_valid_winners_no_slower_than_greedy(
         transfers = plan_cost({r.name: Group(r.device, r.nodes) for r in result.plan.regions}, view, COST,
                               result.plan.schedule).transfer_us
         assert outcome.searched_us - transfers == pytest.approx(sum(s.chosen_us for s in outcome.segments), abs=0.01)
+
+
+def test_a_grouping_the_selection_would_undo_is_vetoed():
+    # With --min-compute 2 the search's favourite, a and j in accelerator regions of one node each,
+    # would send both to the host: it must keep every accelerator region at two compute nodes.
+    view = two_branches()
+    result = partition(view, options(OrderMode.SEARCH, HOST_SIDE, min_compute=2))
+    assert all(sum(view.node(n).is_compute for n in r.nodes) >= 2 for r in result.plan.regions if r.device == ACCEL)
+    greedy = partition(view, options(OrderMode.GREEDY, HOST_SIDE, min_compute=2)).plan
+    unchecked, _ = search.search(view, greedy, segments(view, 2), COST, 64, lambda groups: {})
+    # what the veto prevented: the fastest grouping has a one-node accelerator region
+    assert any(len(r.nodes) == 1 for r in unchecked.regions if r.device == ACCEL)
