@@ -345,6 +345,7 @@ schedule {esc(' → '.join(m.schedule))}; {esc(overlap_line(m))}; policy {esc(pa
 <h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
 <h2>Unsupported operators</h2>{f'<table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>' if unsupported else '<p>none: every node is supported by the accelerator target</p>'}
 {f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
+{f"<h2>Segments</h2><pre>{esc(chr(10).join(segment_lines(part)))}</pre>" if part.segments else ""}
 {tuned}
 {f"<h2>Indexing ops</h2><pre>{esc(index_text(m))}</pre>" if m.index_ops else ""}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>

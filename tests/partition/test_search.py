@@ -246,3 +246,19 @@ def test_a_grouping_the_selection_would_undo_is_vetoed():
     unchecked, _ = search.search(view, greedy, segments(view, 2), COST, 64, lambda groups: {})
     # what the veto prevented: the fastest grouping has a one-node accelerator region
     assert any(len(r.nodes) == 1 for r in unchecked.regions if r.device == ACCEL)
+
+
+def test_the_html_report_escapes_and_shows_the_segments():
+    import dataclasses
+
+    from conftest import small_manifest, small_record
+    from aot.record import SegmentRecord
+    from aot.runtime.manifest import BoundaryTensor
+
+    rec = small_record()
+    rec = dataclasses.replace(rec, partition=dataclasses.replace(
+        rec.partition, segments=(SegmentRecord(0, 3, "<b>", "x&y"),)))
+    manifest = dataclasses.replace(small_manifest(), boundary_tensors=(
+        ("x", BoundaryTensor("float32", (1, 2), 8)), ("y", BoundaryTensor("float32", (1, 2), 8))))
+    page = report.html_page(manifest, rec)
+    assert "<h2>Segments</h2>" in page and "&lt;b&gt;..x&amp;y" in page and "<b>.." not in page
