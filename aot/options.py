@@ -16,6 +16,7 @@ import numpy as np
 
 from aot.option_flags import Companion, Flag, Switch, UsageError, option
 from aot.partition import policies, select
+from aot.partition.order import OrderMode
 from aot.partition.partitioner import PartitionOptions
 from aot.partition.plan import GateMode
 from aot.partition.support import Overrides, split_names
@@ -117,6 +118,13 @@ def _number(kind: type, text: str, flag: str) -> Any:
         raise UsageError(f"bad {flag} {text!r}: not {'an integer' if kind is int else 'a number'}") from None
 
 
+def _positive(text: str, flag: str) -> int:
+    value = _number(int, text, flag)
+    if value < 1:
+        raise UsageError(f"bad {flag} {text!r}: must be at least 1")
+    return int(value)
+
+
 @dataclass(frozen=True, slots=True)
 class BuildOptions:
     """Every setting of a build, each written once: its default, its flag and its help."""
@@ -185,6 +193,16 @@ class BuildOptions:
             Switch("--no-gate", GateMode.OFF, "same as --gate off"),
             Switch("--measure", GateMode.MEASURED, "same as --gate measured: time the partition and the whole "
                    "model on the real devices and keep the faster"))))
+    min_segment_nodes: int = option(2, Flag(
+        "--min-segment-nodes", "key-node segments (runs between nodes every input-to-output path visits) with "
+        "fewer nodes fuse into the previous one", metavar="N", parse=lambda t: _positive(t, "--min-segment-nodes")))
+    order: OrderMode = option(OrderMode.GREEDY, Flag(
+        "--order", "how regions are grouped and issued: the merge's regions in greedy order, or a search per "
+        "segment over groupings and orders scored by the lane cost model",
+        parse=OrderMode, choices=lambda: [m.value for m in OrderMode]))
+    order_budget: int = option(64, Flag(
+        "--order-budget", "--order search: node orders tried and distinct plans scored per segment", metavar="N",
+        parse=lambda t: _positive(t, "--order-budget")))
     cost_params: Path | None = option(None, Flag(
         "--cost-params", "device parameters JSON for the cost model (default: aot/partition/devices.json)",
         parse=Path))
@@ -227,11 +245,13 @@ class BuildOptions:
             gate = GateMode.MEASURED
         object.__setattr__(self, "gate", GateMode(gate))
         object.__setattr__(self, "fallback", FallbackMode(self.fallback))
+        object.__setattr__(self, "order", OrderMode(self.order))
 
     def partition_options(self) -> PartitionOptions:
         """The partitioner's view of these settings."""
         return PartitionOptions(self.accel.backend if self.accel else None, self.min_compute, self.overrides,
-                                self.policy, self.select, self.threshold, self.gate, self.cost_params)
+                                self.policy, self.select, self.threshold, self.gate, self.cost_params,
+                                self.min_segment_nodes, self.order, self.order_budget)
 
     def tune_settings(self) -> TuneSettings:
         """The tuner's view of these settings."""

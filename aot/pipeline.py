@@ -27,12 +27,13 @@ from aot.lower.footprint import device_memory
 from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
-from aot.partition import Plan, make_plan, validate
+from aot.partition import Plan, validate
 from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
-from aot.partition.partitioner import PartitionOptions, single_region_plan, suggestions
+from aot.partition.partitioner import PartitionOptions, partition, single_region_plan, suggestions
+from aot.partition.segments import segments
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import CoverageRecord, PartitionRecord, RegionCheck, UnsupportedOp, Verification
+from aot.record import CoverageRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp, Verification
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
@@ -91,8 +92,11 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
+        searched = None     # a plan file is replayed: nothing is searched
     else:
-        plan = make_plan(view, popts)
+        partitioned = partition(view, popts)
+        plan, searched = partitioned.plan, partitioned.order_search
+    segs = segments(view, popts.min_segment_nodes)
     tips = suggestions(view, popts, plan) if suggest and options.plan_file is None else ()
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
     cost = CostModel.load(popts.accel_target, popts.cost_params)
@@ -100,7 +104,9 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         popts.policy, popts.select, popts.min_compute, plan.gate,
         CoverageRecord(cov.target, cov.supported, cov.total, tuple(UnsupportedOp(*u) for u in cov.unsupported))
         if cov is not None else None,
-        tips, cost.source)
+        tips, cost.source,
+        tuple(SegmentRecord(s.index, len(s.nodes), s.keys[0] if s.keys else None, s.keys[-1] if s.keys else None)
+              for s in segs), searched)
     return Planned(source, view, plan, popts, cost, record)
 
 
@@ -108,7 +114,7 @@ def whole_model(planned: Planned) -> Planned:
     """The same model as one host region (the benchmark's and the measured gate's baseline)."""
     plan = single_region_plan(planned.view)
     # One host module: no accelerator coverage, gate or suggestions to report.
-    record = dataclasses.replace(planned.record, gate=None, coverage=None, suggestions=())
+    record = dataclasses.replace(planned.record, gate=None, coverage=None, suggestions=(), order_search=None)
     return dataclasses.replace(planned, plan=plan, record=record)
 
 

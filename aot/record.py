@@ -20,6 +20,7 @@ from typing import Any
 
 from aot.errors import BundleError
 from aot.partition.plan import Gate
+from aot.partition.search import OrderSearch
 from aot.partition.support import Device
 from aot.runtime import codec
 from aot.runtime.codec import field
@@ -49,6 +50,16 @@ class CoverageRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentRecord:
+    """A run of the model between key nodes (``partition/segments.py``)."""
+
+    index: int
+    nodes: int
+    first_key: str | None     # the first and last key node in it; None: no node cuts the run
+    last_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     policy: str
     select: str
@@ -57,6 +68,8 @@ class PartitionRecord:
     coverage: CoverageRecord | None
     suggestions: tuple[str, ...]
     cost_model: str
+    segments: tuple[SegmentRecord, ...] = field(default=())   # empty in records written before segments
+    order_search: OrderSearch | None = field(default=None, omit_default=True)   # --order search only
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections import Counter
 
 from typing import TYPE_CHECKING
 
-from aot.record import BuildRecord, CoverageRecord, RegionRecord
+from aot.record import BuildRecord, CoverageRecord, PartitionRecord, RegionRecord
 from aot.runtime.manifest import IndexStatus, Manifest
 
 NO_RECORD = ("no build record: this bundle was built before aot kept one (partition, gate, estimates, "
@@ -70,6 +70,35 @@ def coverage_line(cov: CoverageRecord | None) -> str:
     return f"coverage: {cov.supported}/{cov.total} nodes supported on {cov.target}, {pct:.1f}%"
 
 
+def _name(node: str, most: int = 40) -> str:
+    return node if len(node) <= most else node[:most - 3] + "..."
+
+
+def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
+    """One line per key-node segment (index, node count, first..last key node) and, under
+    ``--order search``, what the search scored there and the greedy vs chosen lane time."""
+    if not part.segments:
+        return []
+    search = part.order_search
+    scores = {s.index: s for s in search.segments} if search else {}
+    lines = [f"segments: {len(part.segments)} (cut at key nodes, which every input-to-output path visits)"]
+    for seg in part.segments[:most]:
+        keys = ("-" if seg.first_key is None or seg.last_key is None else _name(seg.first_key)
+                if seg.first_key == seg.last_key else f"{_name(seg.first_key)}..{_name(seg.last_key)}")
+        line = f"  segment {seg.index:3d} {seg.nodes:5d} node(s)  {keys}"
+        if (sc := scores.get(seg.index)) is not None:
+            line += (f"  [{sc.plans_scored} plan(s) scored: greedy {sc.greedy_us:.1f} us, "
+                     f"chosen {sc.chosen_us:.1f} us]")
+        lines.append(line)
+    if len(part.segments) > most:
+        lines.append(f"  ... {len(part.segments) - most} more segment(s)")
+    if search:
+        lines.append(f"order search (budget {search.budget} per segment): greedy plan {search.greedy_us:.1f} us, "
+                     f"searched plan {search.searched_us:.1f} us ({search.fused_bounds} segment bound(s) fused "
+                     f"back); kept the {search.kept.value} plan")
+    return lines
+
+
 def overlap_line(m: Manifest) -> str:
     if not m.overlap:
         return "overlap: none (no two regions on different devices are independent)"
@@ -84,6 +113,7 @@ def text(m: Manifest, rec: BuildRecord | None) -> str:
                   f"out {_bytes(_nbytes(m, r.outputs)):>10s}" for r in m.regions]
     else:
         lines += _record_lines(m, rec)
+        lines += ["", *segment_lines(rec.partition)] if rec.partition.segments else []
     crossing = _crossing(m)
     lines.append(f"\nboundary: {len(crossing)} tensor(s) between regions, "
                  f"{_bytes(_nbytes(m, tuple(v for v, _ in crossing)))} per run")
@@ -318,6 +348,7 @@ schedule {esc(' → '.join(m.schedule))}; {esc(overlap_line(m))}; policy {esc(pa
 <h2>Regions</h2><table><tr><th>region</th><th>target</th><th>nodes</th><th>compute</th><th>MFLOPs</th><th>est. µs</th><th>real µs</th><th>input bytes</th><th>fallback</th></tr>{rows}</table>
 <h2>Unsupported operators</h2>{f'<table><tr><th>op</th><th>count</th><th>reason</th></tr>{unsupported}</table>' if unsupported else '<p>none: every node is supported by the accelerator target</p>'}
 {f'<h2>Suggestions</h2><ul>{tips}</ul>' if tips else ''}
+{f"<h2>Segments</h2><pre>{esc(chr(10).join(segment_lines(part)))}</pre>" if part.segments else ""}
 {tuned}
 {f"<h2>Indexing ops</h2><pre>{esc(index_text(m))}</pre>" if m.index_ops else ""}
 <h2>Graph</h2><p>{legend} &nbsp; red lines: tensors passed between regions; hover a node for its name.</p>
@@ -351,7 +382,8 @@ def plan_summary(planned: "Planned") -> str:
                      f"{sum(view.node(n).is_compute for n in r.nodes):4d} compute, "
                      f"reads {len(crossing)} boundary tensor(s) = {_bytes(nbytes)}")
     lines.append(f"boundary bytes per run: {_bytes(total)}")
-    est = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, planned.cost)
+    lines += segment_lines(record)
+    est = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, planned.cost, plan.schedule)
     lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
     g = plan.gate
     lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else

@@ -14,6 +14,7 @@ from aot import cli, option_flags
 from aot.option_flags import UsageError
 from aot.options import FallbackMode
 from aot.partition.partitioner import PartitionOptions
+from aot.partition.order import OrderMode
 from aot.partition.plan import GateMode
 from aot.partition.support import Overrides
 from aot.runtime import codec
@@ -72,6 +73,9 @@ SPELLINGS = [
     (("--measure",), "gate", GateMode.MEASURED),
     (("--no-gate",), "gate", GateMode.OFF),
     (("--cost-params", "d.json"), "cost_params", Path("d.json")),
+    (("--min-segment-nodes", "3"), "min_segment_nodes", 3),
+    (("--order", "search"), "order", OrderMode.SEARCH),
+    (("--order-budget", "16"), "order_budget", 16),
     (("--host-ops", "Softmax, Relu", "--accel-nodes", "conv*"), "overrides",
      Overrides(host_ops=frozenset({"Softmax", "Relu"}), accel_nodes=("conv*",))),
     (("--accel-ops", "Conv", "--host-nodes", "a,b"), "overrides",
@@ -90,6 +94,12 @@ SPELLINGS = [
 @pytest.mark.parametrize("argv, field, value", SPELLINGS, ids=[" ".join(a) for a, _, _ in SPELLINGS])
 def test_every_flag_spelling_still_sets_its_option_and_nothing_else(argv, field, value):
     assert options(*argv) == dataclasses.replace(BuildOptions(), **{field: value})
+
+
+@pytest.mark.parametrize("argv", [("--order-budget", "0"), ("--min-segment-nodes", "-1"), ("--order-budget", "x")])
+def test_order_settings_below_one_are_usage_errors(argv):
+    with pytest.raises(AotError, match=argv[0]):
+        options(*argv)
 
 
 def test_every_option_has_exactly_one_flag_and_no_spelling_is_taken_twice():

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Mapping, cast
+from typing import Mapping, Sequence, cast
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
@@ -113,8 +113,10 @@ class PlanCost:
     hops: int
 
 
-def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel) -> PlanCost:
-    """``regions``: name -> its device and nodes. Graph inputs and outputs live on the host."""
+def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel,
+              schedule: Sequence[str] | None = None) -> PlanCost:
+    """``regions``: name -> its device and nodes, issued in ``schedule`` (None: the greedy order
+    ``order.schedule`` gives them). Graph inputs and outputs live on the host."""
     owner = {n: name for name, group in regions.items() for n in group.nodes}
     device = {name: group.device for name, group in regions.items()}
     compute = []
@@ -139,12 +141,12 @@ def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel) -
             crossings.add((v, HOST))
     nbytes = sum(view.values[v].nbytes or 0 for v, _ in crossings)
     transfer = sum(model.transfer_us(view.values[v].nbytes or 0) for v, _ in crossings)
-    total = _lanes_us(regions, waits, view, dict(compute)) + transfer
+    total = _lanes_us(regions, waits, view, dict(compute), schedule) + transfer
     return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
 
 
 def _lanes_us(regions: Mapping[str, Group], waits: Mapping[str, set[str]], view: GraphView,
-              compute: Mapping[str, float]) -> float:
+              compute: Mapping[str, float], schedule: Sequence[str] | None) -> float:
     """Compute time as the runtime spends it: a lane per device, so regions on different devices
     with no path between them overlap (runtime/lanes.py); a chain costs the sum of its regions."""
     edges: dict[str, set[str]] = {name: set() for name in regions}
@@ -154,5 +156,6 @@ def _lanes_us(regions: Mapping[str, Group], waits: Mapping[str, set[str]], view:
     position = {n.name: i for i, n in enumerate(view.nodes)}
     device = {name: group.device for name, group in regions.items()}
     first_seen = {name: min((position[n] for n in group.nodes), default=0) for name, group in regions.items()}
-    schedule = order.schedule(device, edges, first_seen)
+    if schedule is None:
+        schedule = order.schedule(device, edges, first_seen)
     return lanes.finish_time(schedule, device, {r: tuple(w) for r, w in waits.items()}, compute)

@@ -1,5 +1,5 @@
 """The one region-forming pipeline: label -> merge (policy) -> judge -> select -> split for
-overlap -> gate -> order.
+overlap -> order (greedy, or searched per key-node segment) -> gate.
 
 Policies and support tables are data plugged into it; every step only moves nodes to the host,
 so the loop ends, and every plan it returns is validated.
@@ -11,7 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aot.frontend.graph import GraphView
-from aot.partition import order, policies, select
+from aot.partition import order, policies, search, select
+from aot.partition.order import OrderMode
+from aot.partition.search import OrderSearch
+from aot.partition.segments import segments
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.overlap import split_for_overlap
 from aot.partition.plan import Gate, GateMode, Plan, Region, region_edges, validate
@@ -30,10 +33,26 @@ class PartitionOptions:
     threshold: int
     gate: GateMode                    # ROOFLINE: the cost model's gate; MEASURED is the pipeline's
     cost_params: Path | None
+    min_segment_nodes: int            # key-node segments with fewer nodes fuse into a neighbour
+    order: OrderMode
+    order_budget: int                 # --order search: node orders and scored plans per segment
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioned:
+    """A validated plan and, under ``--order search``, what the order search did."""
+
+    plan: Plan
+    order_search: OrderSearch | None
 
 
 def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     """Partition ``view``; the returned plan is validated."""
+    return partition(view, options).plan
+
+
+def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
+    """Partition ``view``: the validated plan and what the order search did, if it ran."""
     table = SupportTable.for_target(options.accel_target) if options.accel_target else None
     cost = CostModel.load(options.accel_target, options.cost_params)
     labels = label(view, table, options.overrides)
@@ -59,10 +78,14 @@ def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
     groups, moved = split_for_overlap(groups, view, cost, lambda split: not moves_of(split))
     reasons = {**{n: lab.reason for n, lab in labels.items() if lab.device == HOST}, **moved}
     plan = plan_from_groups(view, groups, reasons)
+    searched = None
+    if options.order is OrderMode.SEARCH:
+        plan, searched = search.search(view, plan, segments(view, options.min_segment_nodes), cost,
+                                       options.order_budget, moves_of)
     if options.gate is GateMode.ROOFLINE and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))
     validate(plan, view)
-    return plan
+    return Partitioned(plan, searched)
 
 
 def judge(groups: Groups, view: GraphView, table: SupportTable) -> dict[str, str]:
@@ -92,7 +115,8 @@ def judge(groups: Groups, view: GraphView, table: SupportTable) -> dict[str, str
 def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) -> Plan:
     """Ship the partitioned plan only if it beats the best single-device plan."""
     nodes = tuple(n.name for n in view.nodes)
-    partitioned = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost).total_us
+    partitioned = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost,
+                            plan.schedule).total_us
     host = plan_cost({"all": Group(HOST, nodes)}, view, cost).total_us
     accel = plan_cost({"all": Group(ACCEL, nodes)}, view, cost).total_us if all_accel_ok else None
     singles = [(host, HOST)] + ([(accel, ACCEL)] if accel is not None else [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,6 +77,10 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {"plan_version": PLAN_VERSION, **codec.encode_fields(self)}
+
+    def digest(self) -> str:
+        """sha256 of the plan as its file holds it: equal digests, equal decisions."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Plan":

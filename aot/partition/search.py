@@ -1,0 +1,237 @@
+"""The order search (``--order search``): per key-node segment, candidate groupings of its nodes
+into regions and orders to issue them in, each scored by the lane model; the winners linked.
+
+One IREE module runs a region whole, so what a plan can still change once every node has its
+device is which nodes share a region and the order regions are issued in across the device lanes
+(``runtime/lanes.py``). Why per segment: every node of a segment descends from the previous
+segment's key node, whose region finishes after every region before it, so a segment starts with
+every lane idle and its time adds to the others' (``tests/partition/test_search.py`` checks it).
+Each segment is searched alone, and the search stays linear in the model's size.
+
+A segment's candidates: the greedy regions cut at its bounds (the baseline); for each of up to
+``budget`` topological orders of its nodes (all of them when there are no more, else the list,
+depth-first and post-order orders plus seeded random ones, as XLA's memory scheduler tries list,
+DFS and post-order), the maximal same-device runs of that order, and the same runs fused wherever
+no cycle forms; each grouping issued in its greedy order and in every other order up to the
+budget. At most ``budget`` distinct plans (by digest) are scored per segment. Devices stay as the
+partition chose them, and a candidate that breaks a partition rule the baseline keeps (a
+"specific" result leaving its region, an accelerator region too small) is vetoed. Cutting at
+segment bounds costs region calls, so schedule-adjacent regions of one device across a bound
+fuse where that is faster; the greedy plan is kept unless the linked one is strictly faster.
+Deterministic: seeded and count-bounded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping
+
+from aot.frontend.graph import GraphView
+from aot.partition import order, regions
+from aot.partition.cost import CostModel, node_bytes, node_flops, plan_cost
+from aot.partition.order import OrderMode
+from aot.partition.plan import Plan, Region, validate
+from aot.partition.segments import Segment
+from aot.partition.support import Device, Group, Groups
+from aot.runtime import lanes
+
+SEED = 27                # random node orders: random.Random(SEED + segment index)
+ENUMERATE_MAX_NODES = 200  # larger segments (region graphs) have more orders than any budget: sample them
+# regions.fuse tries every pair of regions for a path between them (quadratic in regions, times the
+# edges): past this many runs one fusion costs seconds, and an order that scatters a segment
+# into so many runs is rarely the one that wins.
+FUSE_MAX_RUNS = 48
+
+Moves = Callable[[Groups], Mapping[str, str]]   # the partition rules: node -> why it must move
+Schedule = tuple[Group, ...]                    # regions in the order they are issued
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentScore:
+    """What the search did in one segment (times are the segment's lane time, transfers aside)."""
+
+    index: int
+    plans_scored: int     # distinct (grouping, order) plans the lane model scored
+    greedy_us: float      # the greedy plan's regions cut at the segment's bounds
+    chosen_us: float      # the winner
+
+
+@dataclass(frozen=True, slots=True)
+class OrderSearch:
+    """The search's outcome, as the build record states it."""
+
+    budget: int
+    segments: tuple[SegmentScore, ...]
+    greedy_us: float      # whole-plan estimate of the greedy plan (plan_cost, transfers included)
+    searched_us: float    # of the linked winners
+    kept: OrderMode       # SEARCH only when strictly faster and accepted by the partition rules
+    fused_bounds: int     # segment bounds whose two regions were fused back into one
+
+
+class _Scorer:
+    """Lane time of a schedule of regions, from per-node FLOPs and bytes counted once."""
+
+    def __init__(self, view: GraphView, cost: CostModel) -> None:
+        self.view, self.cost = view, cost
+        self.flops = {n.name: node_flops(n, view) for n in view.nodes}
+        self.nbytes = {n.name: node_bytes(n, view) for n in view.nodes}
+        self.position = {n.name: i for i, n in enumerate(view.nodes)}
+
+    def region_us(self, group: Group) -> float:
+        return self.cost.device(group.device).time_us(sum(self.flops[n] for n in group.nodes),
+                                                      sum(self.nbytes[n] for n in group.nodes))
+
+    def makespan(self, schedule: Schedule) -> float:
+        """When the last region finishes, regions outside ``schedule`` counted as done."""
+        owner = {n: str(i) for i, g in enumerate(schedule) for n in g.nodes}
+        names = [str(i) for i in range(len(schedule))]
+        waits = {name: tuple({owner[p] for n in g.nodes for p in self.view.predecessors(n)
+                              if owner.get(p, name) != name})
+                 for name, g in zip(names, schedule)}
+        return lanes.finish_time(names, {name: g.device for name, g in zip(names, schedule)}, waits,
+                                 {name: self.region_us(g) for name, g in zip(names, schedule)})
+
+    def group(self, device: Device, nodes: Iterable[str]) -> Group:
+        """A region with its nodes in the view's (topological) order: one spelling per grouping."""
+        return Group(device, tuple(sorted(nodes, key=self.position.__getitem__)))
+
+
+def digest(schedule: Schedule) -> str:
+    """One plan of a segment: its regions' devices and nodes in issue order."""
+    text = json.dumps([[str(g.device), list(g.nodes)] for g in schedule])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostModel, budget: int,
+           moves: Moves) -> tuple[Plan, OrderSearch]:
+    """The best plan found for ``plan``'s devices, and what the search did. ``moves``: the
+    partition rules' verdict on a grouping (nothing: it stands)."""
+    scorer = _Scorer(view, cost)
+    device = {n: r.device for r in plan.regions for n in r.nodes}
+    greedy = tuple(Group(r.device, r.nodes) for r in map(plan.region, plan.schedule))
+    linked: list[Group] = []
+    bounds: list[int] = []
+    scores: list[SegmentScore] = []
+    for seg in segs:
+        best, score = _search_segment(view, seg, greedy, device, scorer, budget, moves)
+        linked += best
+        bounds.append(len(linked))
+        scores.append(score)
+    linked, fused = _fuse_bounds(linked, bounds[:-1], scorer)
+    searched = Plan(tuple(Region(f"r{i}", g.device, g.nodes) for i, g in enumerate(linked)),
+                    tuple(f"r{i}" for i in range(len(linked))), plan.reasons)
+    validate(searched, view)
+    greedy_us = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost, plan.schedule).total_us
+    searched_us = plan_cost({r.name: Group(r.device, r.nodes) for r in searched.regions}, view, cost,
+                            searched.schedule).total_us
+    better = searched_us < greedy_us and not moves(list(linked))
+    outcome = OrderSearch(budget, tuple(scores), greedy_us, searched_us,
+                          OrderMode.SEARCH if better else OrderMode.GREEDY, fused)
+    return (searched if better else plan), outcome
+
+
+def _search_segment(view: GraphView, seg: Segment, greedy: Schedule, device: Mapping[str, Device],
+                    scorer: _Scorer, budget: int, moves: Moves) -> tuple[Schedule, SegmentScore]:
+    members = set(seg.nodes)
+    baseline = tuple(Group(g.device, tuple(n for n in g.nodes if n in members)) for g in greedy
+                     if members.intersection(g.nodes))
+    outside = [Group(g.device, rest) for g in greedy if (rest := tuple(n for n in g.nodes if n not in members))]
+
+    def broken(schedule: Schedule) -> set[str]:
+        return members & moves([*outside, *schedule]).keys()
+
+    scored: dict[str, tuple[float, int, Schedule]] = {}
+    for candidate in _candidates(view, seg, baseline, device, scorer, budget):
+        key = digest(candidate)
+        if key not in scored:
+            scored[key] = (scorer.makespan(candidate), len(scored), candidate)
+            if len(scored) >= budget:
+                break
+    base_us, _, _ = scored[digest(baseline)]
+    allowed = broken(baseline)   # what the cut at the bounds breaks already is the bounds' doing
+    ranked = sorted(scored.values(), key=lambda t: (t[0], t[1]))   # fastest, then first generated
+    us, _, best = next((t for t in ranked if broken(t[2]) <= allowed), (base_us, 0, baseline))
+    return best, SegmentScore(seg.index, len(scored), round(base_us, 3), round(us, 3))
+
+
+def _candidates(view: GraphView, seg: Segment, baseline: Schedule, device: Mapping[str, Device],
+                scorer: _Scorer, budget: int) -> Iterator[Schedule]:
+    """Plans for one segment, most promising first; the caller stops at its budget."""
+    yield baseline
+    sub = GraphView.build([view.node(n) for n in seg.nodes], [], [], view.values)
+    groupings: list[Schedule] = [baseline]
+    for nodes in _node_orders(sub, budget, random.Random(SEED + seg.index)):
+        runs: list[Group] = []
+        for n in nodes:
+            if runs and runs[-1].device == device[n]:
+                runs[-1] = Group(device[n], (*runs[-1].nodes, n))
+            else:
+                runs.append(Group(device[n], (n,)))
+        spelled = tuple(scorer.group(g.device, g.nodes) for g in runs)
+        yield spelled                                      # the runs in the order that made them
+        groupings.append(spelled)
+        if len(spelled) <= FUSE_MAX_RUNS:
+            fused = tuple(regions.fuse(sub, list(spelled)))
+            yield _greedy_order(fused, sub)
+            groupings.append(fused)
+    for grouping in groupings:
+        yield from _orders(grouping, sub, budget)
+
+
+def _edges(groups: Schedule, sub: GraphView) -> dict[str, set[str]]:
+    owner = {n: str(i) for i, g in enumerate(groups) for n in g.nodes}
+    edges: dict[str, set[str]] = {str(i): set() for i in range(len(groups))}
+    for n, r in owner.items():
+        for p in sub.predecessors(n):
+            if owner[p] != r:
+                edges[owner[p]].add(r)
+    return edges
+
+
+def _greedy_order(groups: Schedule, sub: GraphView) -> Schedule:
+    position = {n.name: i for i, n in enumerate(sub.nodes)}
+    names = {str(i): g for i, g in enumerate(groups)}
+    issued = order.schedule({k: g.device for k, g in names.items()}, _edges(groups, sub),
+                            {k: position[g.nodes[0]] for k, g in names.items()})
+    return tuple(names[k] for k in issued)
+
+
+def _orders(groups: Schedule, sub: GraphView, limit: int) -> Iterator[Schedule]:
+    if len(groups) > ENUMERATE_MAX_NODES:   # the walk recurses once per region
+        return
+    names = [str(i) for i in range(len(groups))]
+    for issued in order.enumerate_orders(names, _edges(groups, sub), limit):
+        yield tuple(groups[int(k)] for k in issued)
+
+
+def _node_orders(sub: GraphView, budget: int, rng: random.Random) -> list[tuple[str, ...]]:
+    """Every topological order when there are at most ``budget``; else list, DFS, post-order and
+    random ones, ``budget`` distinct at most."""
+    if len(sub.nodes) <= ENUMERATE_MAX_NODES:
+        every = order.enumerate_node_orders(sub, budget + 1)
+        if len(every) <= budget:
+            return every
+    picks = [order.kahn_order(sub, lifo=False), order.kahn_order(sub, lifo=True), order.post_order(sub)]
+    for _ in range(4 * budget):
+        if len(dict.fromkeys(picks)) >= budget:
+            break
+        picks.append(order.kahn_order(sub, rng=rng))
+    return list(dict.fromkeys(picks))[:budget]
+
+
+def _fuse_bounds(linked: list[Group], bounds: list[int], scorer: _Scorer) -> tuple[list[Group], int]:
+    """Fuse the last region before a segment bound with the first after it, both on one device,
+    where the lane model says it is faster. Schedule-adjacent regions never close a cycle: a path
+    between them would pass a region issued in between."""
+    fused = 0
+    for b in sorted(bounds, reverse=True):   # from the end: earlier bounds keep their indices
+        before, after = linked[b - 1], linked[b]
+        if before.device != after.device:
+            continue
+        trial = [*linked[:b - 1], scorer.group(before.device, (*before.nodes, *after.nodes)), *linked[b + 1:]]
+        if scorer.makespan(tuple(trial)) < scorer.makespan(tuple(linked)):
+            linked, fused = trial, fused + 1
+    return linked, fused
