@@ -110,7 +110,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     marks = {m.name for m in item.iter_markers()}
-    if call.when == "call" and report.passed and call.duration > SLOW_S and not marks & {"slow", "device"}:
+    # Enforced where it matters, in a run that deselects slow tests (`make test-fast`): a full run
+    # (CI) on a loaded machine must not fail for a duration; its --durations list shows them.
+    fast_run = "not slow" in (item.config.getoption("markexpr") or "")
+    if (fast_run and call.when == "call" and report.passed and call.duration > SLOW_S
+            and not marks & {"slow", "device"}):
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} took {call.duration:.0f}s (over {SLOW_S:.0f}s) and is not marked "
                            "slow: `make test-fast` would wait for it; add @pytest.mark.slow")
