@@ -241,11 +241,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from aot.checks import golden as check
 
-    result = check.check_bundle(Path(args.bundle), args.model, seed=args.seed)
+    result = check.check_bundle(Path(args.bundle), args.model, seed=args.seed, atol=args.atol)
     print(result.summary())
-    if result.max_abs_error > args.atol:
-        print(f"ERROR: max abs error {result.max_abs_error:.3g} exceeds {args.atol:g}", file=sys.stderr)
-        return 1
+    if not result.ok:   # NaN or Inf where the reference has a number fails too (compare.compare)
+        raise AotError(f"bundle {str(result.bundle)!r} differs from {result.reference} (atol {args.atol:g}): "
+                       + "; ".join(result.failures()),
+                       hint="run `aot check --integrity` on it; rebuild with --accel none to rule out the accelerator")
     return 0
 
 

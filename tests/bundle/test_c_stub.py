@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aot.checks.compare import assert_close
 from aot.bundle import names
 from aot.bundle.c_stub import c_stub, stub_prefix
 from aot.runtime import manifest as mf
@@ -169,8 +170,8 @@ def _run_example(bundle: Path, model: Path, tmp_path: Path, seed: int = 5, bucke
     for i, (want, sig) in enumerate(zip(expected, manifest.outputs)):
         got = np.load(tmp_path / "out" / f"output{i}.npy")
         assert got.dtype == want.dtype and got.shape == want.shape, sig.name
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=sig.name)
-        print(f"{sig.name}: max abs error vs onnxruntime {np.abs(got.astype(np.float64) - want).max():.3g}")
+        c = assert_close(got, want, rtol=1e-4, atol=1e-4, what=sig.name)
+        print(f"{sig.name}: max abs error vs onnxruntime {c.max_abs_diff:.3g}")
     print(proc.stdout)
     return proc.stdout
 
