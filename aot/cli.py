@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="the source ONNX model or torch factory (default: the one the manifest names)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--atol", type=float, default=1e-4)
+    c.add_argument("--integrity", action="store_true",
+                   help="only check every file the manifest names against its size and sha256 (runs nothing)")
     c.set_defaults(func=_cmd_check)
 
     bn = sub.add_parser("bench", help="MODEL: bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime; "
@@ -241,12 +243,31 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from aot.checks import golden as check
 
+    if args.integrity:
+        return _check_integrity(Path(args.bundle))
+
     result = check.check_bundle(Path(args.bundle), args.model, seed=args.seed, atol=args.atol)
     print(result.summary())
     if not result.ok:   # NaN or Inf where the reference has a number fails too (compare.compare)
         raise AotError(f"bundle {str(result.bundle)!r} differs from {result.reference} (atol {args.atol:g}): "
                        + "; ".join(result.failures()),
                        hint="run `aot check --integrity` on it; rebuild with --accel none to rule out the accelerator")
+    return 0
+
+
+def _check_integrity(bundle: Path) -> int:
+    from aot.checks import integrity
+    from aot.errors import BundleError
+
+    where, checks = integrity.audit(bundle)
+    for c in checks:
+        print(c.line())
+    failed = [c for c in checks if c.error is not None]
+    if failed:
+        raise BundleError(f"{len(failed)} of {len(checks)} files of bundle {str(where)!r} fail their check: "
+                          + ", ".join(c.path for c in failed),
+                          hint="copy the bundle again from its source, or rebuild it with `aot build`")
+    print(f"{len(checks)} files match the manifest")
     return 0
 
 
