@@ -62,7 +62,8 @@ def load_stub_class(bundle: Path) -> type:
     stubs = sorted((bundle / "stubs" / "python").glob("*.py"))
     stubs = [s for s in stubs if s.name != "__init__.py"]
     if len(stubs) != 1:
-        raise BundleError(f"bundle {str(bundle)!r} should hold exactly one Python stub, found {len(stubs)}")
+        raise BundleError(f"bundle {str(bundle)!r} should hold exactly one Python stub in stubs/python/, found "
+                          f"{len(stubs)}", hint="copy the whole bundle folder, or rebuild it with `aot build`")
     name = f"_aot_stub_{abs(hash(str(stubs[0])))}"
     spec = importlib.util.spec_from_file_location(name, stubs[0])
     if spec is None or spec.loader is None:
