@@ -62,6 +62,15 @@ def test_shapes_strings_and_complex_values():
     assert cmp.compare(np.array([1 + 1j]), np.array([1 + 1j])).ok
 
 
+def test_the_narrow_floats_of_ml_dtypes_compare_as_numbers():
+    import ml_dtypes
+
+    a = np.array([1.0, 2.0, NAN], ml_dtypes.bfloat16)
+    assert cmp.compare(a, np.array([1.0, 2.001, NAN], np.float32), atol=0.01).ok    # a tolerance, not equality
+    assert not cmp.compare(a, np.array([1.0, 2.0, 3.0], np.float32), atol=10).ok
+    assert cmp.within(a, a)[0] and not cmp.within(a, np.array([1.0, 2.0, INF], ml_dtypes.bfloat16))[0]
+
+
 def test_verifications_tolerance_scales_with_the_reference_and_refuses_nan():
     e = np.array([1000.0, 0.0])
     assert cmp.within(np.array([1000.5, 0.5]), e, rtol=1e-3) == (True, pytest.approx(0.5))

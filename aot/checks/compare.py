@@ -35,20 +35,22 @@ class Comparison:
 
 def compare(actual: object, expected: object, *, rtol: float = 0.0, atol: float = 0.0) -> Comparison:
     """``actual`` against the reference ``expected``, element by element (the rule above).
-    Integer and bool arrays compare as float64; anything non-numeric (strings) must be equal."""
+    Integer, bool and narrow-float (ml_dtypes) arrays compare as float64; anything that is not a
+    number (strings) must be equal."""
     a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape:
         return Comparison(False, float("inf"), float("inf"), max(a.size, e.size),
                           f"shape {list(a.shape)} where the reference has {list(e.shape)}")
-    if not _numeric(a) or not _numeric(e):
-        same = a == e
-        bad = int(np.size(same) - np.count_nonzero(same))
-        return Comparison(not bad, 0.0 if not bad else float("inf"), 0.0 if not bad else float("inf"), bad,
-                          _first(~np.asarray(same), a, e, "where") if bad else "")
     if np.iscomplexobj(a) or np.iscomplexobj(e):   # real and imaginary parts, each by the same rule
         a = np.stack([a.real, a.imag]) if np.iscomplexobj(a) else np.stack([a, np.zeros_like(a)])
         e = np.stack([e.real, e.imag]) if np.iscomplexobj(e) else np.stack([e, np.zeros_like(e)])
-    a, e = a.astype(np.float64), e.astype(np.float64)
+    fa, fe = _floats(a), _floats(e)
+    if fa is None or fe is None:
+        same = np.asarray(a == e)
+        bad = int(same.size - np.count_nonzero(same))
+        return Comparison(not bad, 0.0 if not bad else float("inf"), 0.0 if not bad else float("inf"), bad,
+                          _first(~same, a, e, "where") if bad else "")
+    a, e = fa, fe
     a_fin, e_fin = np.isfinite(a), np.isfinite(e)
     # Special values must match exactly: NaN with NaN, +inf with +inf, -inf with -inf.
     special = ~(a_fin & e_fin)
@@ -79,8 +81,9 @@ def verified(actual: object, expected: object, rtol: float = VERIFY_RTOL) -> Com
     """Verification's tolerance: every element within ``rtol`` times the reference's scale (its
     largest finite magnitude, at least 1), NaN/Inf matching as ``compare`` says."""
     e = np.asarray(expected)
-    finite = np.abs(e[np.isfinite(e)]).astype(np.float64) if _numeric(e) else np.zeros(0)
-    return compare(actual, e, atol=rtol * max(1.0, float(finite.max(initial=0.0))))
+    fe = _floats(e.real if np.iscomplexobj(e) else e)
+    scale = 0.0 if fe is None else float(np.abs(fe[np.isfinite(fe)]).max(initial=0.0))
+    return compare(actual, e, atol=rtol * max(1.0, scale))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +110,17 @@ def compare_outputs(names: Sequence[str], actual: Sequence[np.ndarray], expected
                            worst.max_abs_diff, "" if worst.ok else f"output {name!r}: {worst.reason}")
 
 
-def _numeric(arr: np.ndarray) -> bool:
-    return arr.dtype.kind in "biufc"
+def _floats(arr: np.ndarray) -> np.ndarray | None:
+    """``arr`` as float64, or None for values that are not numbers (strings, objects). The narrow
+    floats of ml_dtypes (bfloat16, float8) are numpy kind 'V' but cast."""
+    if arr.dtype.kind in "biuf":
+        return arr.astype(np.float64)
+    if arr.dtype.kind == "V":
+        try:
+            return arr.astype(np.float64)
+        except (TypeError, ValueError):
+            return None
+    return None
 
 
 def _first(mask: np.ndarray, a: np.ndarray, e: np.ndarray, verb: str) -> str:

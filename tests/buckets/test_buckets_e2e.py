@@ -224,13 +224,23 @@ def test_a_batch_that_an_output_sums_over_is_padded_but_never_chunked(tmp_path):
             session(np.zeros((3, 4), np.float32))
 
 
-def test_a_damaged_bucket_is_a_bundle_error(cnn_buckets, tmp_path):
+def test_a_damaged_bucket_is_a_bundle_error(cnn_buckets, tmp_path, capsys):
+    from aot import cli
+
     copy = tmp_path / "bundle"
     shutil.copytree(cnn_buckets.bundle.path, copy)
+    # `aot check --integrity` walks every bucket's manifest to its modules, each file once.
+    assert cli.main(["check", "--integrity", str(copy)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    named = [line.split()[1] for line in lines if line.startswith("ok")]
+    assert "buckets/b1.json" in named and any(n.startswith("modules/b2/") for n in named)
+    assert len(named) == len(set(named)) and lines[-1] == f"{len(named)} files match the manifest"
     bucket = copy / "buckets" / "b1.json"
     bucket.write_text(bucket.read_text() + " ")
     with pytest.raises(BundleError, match=r"the manifest of bucket N=2, does not match its sha256"):
         runtime.load(copy)
+    assert cli.main(["check", "--integrity", str(copy)]) == 1
+    assert "FAIL  buckets/b1.json: " in capsys.readouterr().out
     shutil.copytree(cnn_buckets.bundle.path, copy, dirs_exist_ok=True)
     next((copy / "modules" / "b2").glob("*.vmfb")).unlink()
     with pytest.raises(BundleError, match="lacks module 'modules/b2/"):
