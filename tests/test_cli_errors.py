@@ -127,6 +127,13 @@ CORPUS = [
     ("bench --models no-such-model", "no-such-model"),
     ("bench-batch {nowhere}", "missing"),
     ("bench-batch {bundle} --requests 0", "--requests"),
+    ("bench-batch {future}", "schema_version 99"),
+    ("bench-batch {bundle}", "weights archive 'weights.irpa' cannot be read"),   # IREE's parse error, named
+    ("profile {future}", "schema_version 99"),
+    ("profile {bundle} --json {folder}", "--json"),
+    ("tune {future}", "build directory"),
+    ("bench-replay {future}", "future"),
+    ("report {manifest_is_a_folder}", "manifest.json"),
     ("bench-replay {nowhere}", "missing"),
     ("bench-replay {good_npy}", "good.npy"),
     ("bench-replay {nowhere} --calls x", "--calls"),
