@@ -7,19 +7,27 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aot.errors import AotError
+from aot import cli_args as args_
+from aot.errors import AotError, UsageError
 from aot.runtime.target import Target
 
 if TYPE_CHECKING:
     from aot.options import BuildOptions
 
 
+# What main prints when an exception that is not an AotError escapes a command: a bug in aot (every
+# failure a user can cause must be a typed error naming its cause). Tests look for it.
+INTERNAL_ERROR = "ERROR: internal error in aot"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         return args.func(args) or 0
     except AotError as e:
         print(f"ERROR: {e}", file=sys.stderr)
+        if not e.hint and isinstance(e, UsageError):   # a flag's own parser may not say more
+            print("  hint: see `aot COMMAND --help` for what each flag takes", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("ERROR: interrupted", file=sys.stderr)
@@ -29,11 +37,21 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # noqa: BLE001 - the last guard: no traceback reaches a user, but it says it is a bug
+        import os
+        import traceback
+
+        print(f"{INTERNAL_ERROR} ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})\n"
+              "  hint: please report it with the command line; set AOT_TRACEBACK=1 to print where it happened",
+              file=sys.stderr)
+        if os.environ.get("AOT_TRACEBACK") == "1":
+            traceback.print_exc()
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aot", description="Ahead-of-time builds of ONNX models on IREE, "
-                                                        "partitioned across an accelerator and the host CPU.")
+    p = args_.Parser(prog="aot", description="Ahead-of-time builds of ONNX models on IREE, "
+                                             "partitioned across an accelerator and the host CPU.")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
 
     b = sub.add_parser("build", help="build MODEL.onnx, zoo:NAME or a PyTorch pkg.module:factory into a bundle")
@@ -70,15 +88,17 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="run a bundle through its generated stub and compare with onnxruntime")
     c.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
     c.add_argument("--model", help="the source ONNX model or torch factory (default: the one the manifest names)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--atol", type=float, default=1e-4)
+    c.add_argument("--seed", type=args_.seed, default=0)
+    c.add_argument("--atol", type=args_.tolerance, default=1e-4)
+    c.add_argument("--integrity", action="store_true",
+                   help="only check every file the manifest names against its size and sha256 (runs nothing)")
     c.set_defaults(func=_cmd_check)
 
     bn = sub.add_parser("bench", help="MODEL: bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime; "
                                       "no MODEL: every zoo model, default vs tuned vs onnxruntime")
     bn.add_argument("model", nargs="?", help="a model or zoo:NAME (default: the corpus benchmark)")
     bn.add_argument("-o", "--output", default=None, help="workspace for the benchmark builds")
-    bn.add_argument("--iterations", type=int, default=None, help="interleaved turns (default 50; corpus 30)")
+    bn.add_argument("--iterations", type=args_.count, default=None, help="interleaved turns (default 50; corpus 30)")
     bn.add_argument("--models", help="corpus benchmark: comma-separated zoo names (default: all)")
     bn.add_argument("--docs", default="docs", help="corpus benchmark: where the JSON and SVG go")
     _add_options(bn)
@@ -87,22 +107,22 @@ def _parser() -> argparse.ArgumentParser:
     bb = sub.add_parser("bench-batch", help="requests one by one vs the same requests in one run_batch "
                                            "(a bundle with batch buckets), medians per request")
     bb.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
-    bb.add_argument("--requests", type=int, default=8)
-    bb.add_argument("--iterations", type=int, default=30)
+    bb.add_argument("--requests", type=args_.count, default=8)
+    bb.add_argument("--iterations", type=args_.count, default=30)
     bb.set_defaults(func=_cmd_bench_batch)
 
     rb = sub.add_parser("bench-replay", help="each accelerator region replaying its recorded command buffer "
                                              "vs recording it every call: load, first call and steady state")
     rb.add_argument("out", help="the directory given to `aot build -o` (its build/ holds the region MLIR)")
-    rb.add_argument("--trials", type=int, default=5, help="fresh sessions per mode")
-    rb.add_argument("--calls", type=int, default=30, help="steady-state calls per session")
+    rb.add_argument("--trials", type=args_.count, default=5, help="fresh sessions per mode")
+    rb.add_argument("--calls", type=args_.count, default=30, help="steady-state calls per session")
     rb.set_defaults(func=_cmd_bench_replay)
 
     ov = sub.add_parser("bench-overlap", help="regions on different devices run at the same time (a lane per "
                                               "device) vs one after another, medians in one process")
     ov.add_argument("bundle", nargs="?", help="the bundle, or the directory given to `aot build -o` (default: build "
                                               "the two-branch example into artifacts/bench/overlap)")
-    ov.add_argument("--iterations", type=int, default=30)
+    ov.add_argument("--iterations", type=args_.count, default=30)
     ov.set_defaults(func=_cmd_bench_overlap)
 
     bh = sub.add_parser("bench-harness", help="is the benchmark harness fair? each contender timed interleaved in "
@@ -136,24 +156,24 @@ def _parser() -> argparse.ArgumentParser:
                                         "beside onnxruntime's time per operator type")
     pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
     pf.add_argument("--model", help="the source ONNX model (default: the one named in the manifest)")
-    pf.add_argument("--runs", type=int, default=20)
-    pf.add_argument("--top", type=int, default=10, help="dispatches listed per region")
+    pf.add_argument("--runs", type=args_.count, default=20)
+    pf.add_argument("--top", type=args_.count, default=10, help="dispatches listed per region")
     pf.add_argument("--json", help="also write the profile as JSON to this file")
     pf.set_defaults(func=_cmd_profile)
 
     fz = sub.add_parser("fuzz", help="build mutated models in child processes: every outcome must be a "
                                      "bundle matching onnxruntime or a typed error")
-    fz.add_argument("--count", type=int, default=1000)
-    fz.add_argument("--seed", type=int, default=0)
-    fz.add_argument("--workers", type=int, default=2)
+    fz.add_argument("--count", type=args_.count, default=1000)
+    fz.add_argument("--seed", type=args_.seed, default=0)
+    fz.add_argument("--workers", type=args_.count, default=2)
     fz.add_argument("-o", "--output", default="artifacts/fuzz", help="summary.json and the failing mutants")
     fz.set_defaults(func=_cmd_fuzz)
 
     cf = sub.add_parser("conformance", help="run ONNX node test cases through the whole pipeline")
     cf.add_argument("--target", choices=Target.backends(), default="llvm-cpu")
     cf.add_argument("--filter", help="regular expression on test case names")
-    cf.add_argument("--limit", type=int)
-    cf.add_argument("--workers", type=int, default=2)
+    cf.add_argument("--limit", type=args_.count)
+    cf.add_argument("--workers", type=args_.count, default=2)
     cf.add_argument("-o", "--output", help="results JSON (default: docs/conformance-TARGET.json)")
     cf.add_argument("--markdown", default="docs/conformance.md", help="summary of every target's results")
     cf.set_defaults(func=_cmd_conformance)
@@ -222,25 +242,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from aot import runtime
-    from aot.errors import RuntimeInputError
+    from aot.runtime import manifest as mf
 
-    inputs = {}
-    for item in args.input:
-        name, sep, ref = item.partition("=")
-        if not sep or not ref.startswith("@"):
-            raise RuntimeInputError(f"bad --input {item!r}", hint="write it as NAME=@file.npy")
-        try:
-            inputs[name] = np.load(ref[1:], allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise RuntimeInputError(f"cannot read input {name!r} from {ref[1:]!r}: {e}") from e
+    inputs = args_.read_inputs(args.input)
+    out = args_.output_folder("--output-dir", args.output_dir) if args.output_dir else None
+    args_.check_input_dtypes(mf.read(args.bundle), args.input, inputs)   # before any device opens
     with runtime.load(args.bundle, device_memory=args.device_memory) as session:
         outputs = session.run(inputs)
         names = [o.name for o in session.manifest.outputs]
-    if args.output_dir:
+    if out is not None:
         from aot.bundle.names import file_name
 
-        out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
         for i, (name, arr) in enumerate(zip(names, outputs)):
             path = out / file_name(f"{i}_{name}", ".npy")
             np.save(path, arr)
@@ -260,7 +272,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     data, how = manifest.read(bundle), record.read(bundle)
     print(report.text(data, how))
     page = bundle.parent / "report.html"
-    page.write_text(report.html_page(data, how))
+    try:
+        page.write_text(report.html_page(data, how))
+    except OSError as e:
+        raise AotError(f"cannot write the report page {str(page)!r}: {e.strerror or e}",
+                       hint="the report above is complete; make the bundle's parent folder writable for the page") from None
     print(page)
     return 0
 
@@ -268,11 +284,31 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from aot.checks import golden as check
 
-    result = check.check_bundle(Path(args.bundle), args.model, seed=args.seed)
+    if args.integrity:
+        return _check_integrity(Path(args.bundle))
+
+    result = check.check_bundle(Path(args.bundle), args.model, seed=args.seed, atol=args.atol)
     print(result.summary())
-    if result.max_abs_error > args.atol:
-        print(f"ERROR: max abs error {result.max_abs_error:.3g} exceeds {args.atol:g}", file=sys.stderr)
-        return 1
+    if not result.ok:   # NaN or Inf where the reference has a number fails too (compare.compare)
+        raise AotError(f"bundle {str(result.bundle)!r} differs from {result.reference} (atol {args.atol:g}): "
+                       + "; ".join(result.failures()),
+                       hint="run `aot check --integrity` on it; rebuild with --accel none to rule out the accelerator")
+    return 0
+
+
+def _check_integrity(bundle: Path) -> int:
+    from aot.checks import integrity
+    from aot.errors import BundleError
+
+    where, checks = integrity.audit(bundle)
+    for c in checks:
+        print(c.line())
+    failed = [c for c in checks if c.error is not None]
+    if failed:
+        raise BundleError(f"{len(failed)} of {len(checks)} files of bundle {str(where)!r} fail their check: "
+                          + ", ".join(c.path for c in failed),
+                          hint="copy the bundle again from its source, or rebuild it with `aot build`")
+    print(f"{len(checks)} files match the manifest")
     return 0
 
 
@@ -349,11 +385,17 @@ def _corpus_bench(args: argparse.Namespace) -> int:
     from aot.partition.support import split_names
     from aot.tools import corpus_bench
 
+    from aot.tools import zoo
+
+    names = tuple(split_names(args.models))
+    for name in names:   # an unknown name fails now, not after the other models' builds
+        zoo.by_name(name)
+    docs = args_.output_folder("--docs", args.docs)
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / "corpus"
-    result = corpus_bench.run(out, tuple(split_names(args.models)), iterations=args.iterations or 30,
+    result = corpus_bench.run(out, names, iterations=args.iterations or 30,
                               progress=lambda s: print(s, file=sys.stderr))
     print(corpus_bench.text(result))
-    for path in corpus_bench.write(result, Path(args.docs)):
+    for path in corpus_bench.write(result, docs):
         print(path)
     return 0
 
@@ -363,10 +405,11 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     from aot.tools import profile
 
+    json_out = args_.output_file("--json", args.json) if args.json else None
     result = profile.profile_bundle(args.bundle, Path(args.model) if args.model else None, runs=args.runs)
     print(result.text(args.top))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    if json_out:
+        json_out.write_text(json.dumps(result.to_json(), indent=1) + "\n")
         print(args.json)
     return 0
 
@@ -375,8 +418,9 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     from aot.tools import fuzz
     from aot.tools.progress import Progress
 
+    output = args_.output_folder("-o", args.output)
     with Progress("fuzz", args.count) as bar:
-        summary = fuzz.run(args.count, args.seed, Path(args.output), args.workers, lambda done, total, r: bar.advance(
+        summary = fuzz.run(args.count, args.seed, output, args.workers, lambda done, total, r: bar.advance(
             f"m{r.index:05d} {r.outcome}" + (f": {r.detail[:120]}" if r.outcome in fuzz.FAILURES else ""),
             important=r.outcome in fuzz.FAILURES))
     print(fuzz.text(summary))
@@ -387,9 +431,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 def _cmd_conformance(args: argparse.Namespace) -> int:
     from aot.tools import conformance
 
-    results = conformance.run(args.target, args.filter, args.limit, args.workers)
-    out = Path(args.output or f"docs/conformance-{args.target}.json")
-    conformance.write(results, out, Path(args.markdown) if args.markdown else None)
+    out = args_.output_file("-o", args.output or f"docs/conformance-{args.target}.json")
+    markdown = args_.output_file("--markdown", args.markdown) if args.markdown else None
+    results = conformance.run(args.target, args_.pattern("--filter", args.filter), args.limit, args.workers)
+    conformance.write(results, out, markdown)
     c = results["counts"]
     print(", ".join(f"{c[k]} {k}" for k in conformance.CATEGORIES) + f" of {results['total']} cases")
     print(out)
@@ -399,7 +444,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 def _cmd_example(args: argparse.Namespace) -> int:
     from aot.models import examples
 
-    print(examples.write(Path(args.output)))
+    print(examples.write(args_.output_file("-o", args.output)))
     return 0
 
 

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.checks.compare import assert_close
 from aot.models import examples
 from aot.frontend.graph import GraphView, Node, Value
 from aot.options import BuildOptions
@@ -175,11 +176,11 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
     finally:
         stub.close()
     expected = reference.outputs(model_path, inputs, [o.name for o in data.outputs], data)
+    diffs = {}
     for a, e, o in zip(actual, expected, data.outputs):
         assert a.dtype == e.dtype and a.shape == e.shape, o.name
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=o.name)
-    return {o.name: float(np.abs(a.astype(np.float64) - e).max(initial=0.0))
-            for a, e, o in zip(actual, expected, data.outputs)}
+        diffs[o.name] = assert_close(a, e, rtol=rtol, atol=atol, what=o.name).max_abs_diff
+    return diffs
 
 
 def onnx_model(nodes, inputs, outputs, inits=(), opset=17):

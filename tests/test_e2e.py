@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.checks.compare import assert_close
 from aot import runtime
 from aot.checks import reference
 from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
@@ -90,7 +91,7 @@ def test_aot_run_reproduces_onnxruntime(vulkan_bundle, example_model, tmp_path):
     assert len(files) == 3
     expected = reference.outputs(example_model, {"image": x}, ["logits", "top_probs", "top_classes"])
     for f, e in zip(files, expected):
-        np.testing.assert_allclose(np.load(f), e, rtol=RTOL, atol=ATOL)
+        assert_close(np.load(f), e, rtol=RTOL, atol=ATOL)
 
 
 def test_aot_report_names_devices_reasons_and_bytes(vulkan_bundle):
@@ -311,7 +312,7 @@ def test_a_context_whose_initializers_fail_once_is_retried_on_a_fresh_device(hos
     assert session.load_retries == 1 and len(calls) == 2
     expected = reference.outputs(example_model, inputs, [o.name for o in data.outputs], data)
     for a, e in zip(actual, expected):
-        np.testing.assert_allclose(a, e, rtol=RTOL, atol=ATOL)
+        assert_close(a, e, rtol=RTOL, atol=ATOL)
 
 
 def test_a_context_that_keeps_failing_is_a_device_error_naming_the_regions(host_bundle, monkeypatch):

@@ -204,3 +204,52 @@ def test_one_timing_harness_every_repeated_measurement_goes_through_checks_timin
     old_probe = ("for i in range(9):\n    start = time.perf_counter()\n    f()\n"
                  "    samples.append((time.perf_counter() - start) * 1e6)\n")
     assert _hand_rolled_timings(ast.parse(old_probe)) == [4]
+
+
+# One comparison: aot/checks/compare.py decides when arrays are close (NaN and signed Inf matched
+# element by element). numpy's allclose/isclose take NaN as unequal by default and assert_allclose
+# as equal; a hand-rolled max(abs(a - b)) drops NaN or turns it into a pass (`nan > tol` is False).
+COMPARE_OWNER = PACKAGE / "checks" / "compare.py"
+COMPARE_EXEMPT = {COMPARE_OWNER, ROOT / "tests" / "test_layout.py"}
+_NUMPY_CLOSE = ("allclose", "assert_allclose", "isclose", "assert_array_almost_equal", "assert_almost_equal")
+_ABS = {"abs", "absolute", "fabs"}
+_MAX = {"max", "nanmax", "amax"}
+
+
+def _name(node: ast.AST) -> str:
+    """The last part of a called name: ``np.testing.assert_allclose`` -> ``assert_allclose``."""
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def _hand_rolled_comparisons(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each numpy closeness call and each max(...) over abs(x - y)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _name(node.func)
+        if name in _NUMPY_CLOSE:
+            found.append((node.lineno, name))
+        elif name in _MAX:
+            # max(abs(a - b)), np.max(np.abs(a - b)) and np.abs(a - b).max(): the max's operand or receiver.
+            under = [*node.args, *([node.func.value] if isinstance(node.func, ast.Attribute) else [])]
+            if any(isinstance(n, ast.Call) and _name(n.func) in _ABS and n.args and isinstance(n.args[0], ast.BinOp)
+                   and isinstance(n.args[0].op, ast.Sub) for u in under for n in ast.walk(u)):
+                found.append((node.lineno, "max(abs(a - b))"))
+    return found
+
+
+def test_the_scan_for_hand_rolled_comparisons_finds_each_kind():
+    snippets = ["np.allclose(a, b)", "np.testing.assert_allclose(a, b)", "math.isclose(a, b)",
+                "float(np.abs(a - b).max())", "max(abs(x - y) for x, y in pairs)", "np.nanmax(np.abs(a - b))",
+                "max(float(np.max(np.abs(a - b), initial=0.0)) for a, b in z)"]
+    assert all(_hand_rolled_comparisons(s) for s in snippets)
+    assert not _hand_rolled_comparisons("abs(depth[a] - depth[b]) == 1\nmax(abs(lo), abs(hi))\ncompare(a, b).ok")
+
+
+def test_arrays_are_compared_only_through_checks_compare():
+    files = [p for p in (*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "scripts").rglob("*.py"))
+             if p not in COMPARE_EXEMPT and "golden" not in p.parts]   # goldens are masked text, not Python
+    assert len(files) > 100
+    bad = {str(p.relative_to(ROOT)): hits for p in files if (hits := _hand_rolled_comparisons(p.read_text()))}
+    assert not bad, f"compare arrays with aot.checks.compare (compare / assert_close / within): {bad}"

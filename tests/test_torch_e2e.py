@@ -14,6 +14,7 @@ import aot
 import aot.record
 import torch_models as tm
 from aot import runtime
+from aot.checks.compare import compare
 from aot.partition.plan import GateMode
 from conftest import ROOT
 
@@ -37,7 +38,7 @@ def _eager(name: str, inputs: dict[str, torch.Tensor]) -> list[np.ndarray]:
 
 def _max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     assert [x.shape for x in a] == [y.shape for y in b] and [x.dtype for x in a] == [y.dtype for y in b]
-    return max(float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) for x, y in zip(a, b))
+    return max(compare(x, y).max_abs_diff for x, y in zip(a, b))   # inf where NaN/Inf differ
 
 
 @pytest.fixture(scope="session")

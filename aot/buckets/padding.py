@@ -50,8 +50,8 @@ def check(model: Path, bundle: Staged, dims: tuple[Dim, ...], sizes: dict[str, i
             if not ok and (tolerance is None or diff > tolerance):
                 raise PaddingError(
                     f"padding {d.symbol!r} from {valid} to {sizes[d.symbol]} changes the model's results on the "
-                    f"valid part: output {c.worst!r} differs from onnxruntime on the unpadded input by "
-                    f"{c.worst_diff:.3g} (max abs){'' if tolerance is None else f', more than the accepted {tolerance}'}",
+                    f"valid part, against onnxruntime on the unpadded input: {c.reason}"
+                    f"{'' if tolerance is None else f', more than the accepted {tolerance}'}",
                     hint=f"this axis mixes positions (attention, normalisation or pooling over it): compile the "
                          f"sizes you need exactly (--input-shape), or accept the difference with "
                          f"--accept-padding {d.symbol}={diff:.2g}")

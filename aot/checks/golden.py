@@ -11,15 +11,22 @@ from pathlib import Path
 import numpy as np
 
 from aot.checks import reference
+from aot.checks.compare import Comparison, compare as compare_arrays
 from aot.runtime import manifest as mf
 from aot.errors import BundleError
+
+
+ATOL = 1e-4   # `aot check`'s default: an absolute bound on every element
 
 
 @dataclass(frozen=True, slots=True)
 class OutputDiff:
     name: str
-    max_abs: float
-    max_rel: float
+    comparison: Comparison
+
+    @property
+    def max_abs(self) -> float:
+        return self.comparison.max_abs_diff
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +35,26 @@ class CheckResult:
     regions: tuple[str, ...]          # "r0:vulkan-spirv", ...
     diffs: tuple[OutputDiff, ...]
     reference: str = "onnxruntime"
+    atol: float = ATOL
+
+    @property
+    def ok(self) -> bool:
+        """Every output within ``atol`` of the reference, NaN and Inf where the reference has them."""
+        return all(d.comparison.ok for d in self.diffs)
 
     @property
     def max_abs_error(self) -> float:
+        """Over every output; inf when an output has NaN/Inf where the reference does not."""
         return max((d.max_abs for d in self.diffs), default=0.0)
 
     def summary(self) -> str:
         lines = [f"bundle {self.bundle} ({', '.join(self.regions)})"]
-        lines += [f"  output {d.name!r}: max abs diff {d.max_abs:.3g}, max rel diff {d.max_rel:.3g}" for d in self.diffs]
+        lines += [f"  output {d.name!r}: {d.comparison.describe()}" for d in self.diffs]
         lines.append(f"max abs error vs {self.reference}: {self.max_abs_error:.3g}")
         return "\n".join(lines)
 
+    def failures(self) -> list[str]:
+        return [f"output {d.name!r}: {d.comparison.reason}" for d in self.diffs if not d.comparison.ok]
 
 
 def load_stub_class(bundle: Path) -> type:
@@ -46,7 +62,8 @@ def load_stub_class(bundle: Path) -> type:
     stubs = sorted((bundle / "stubs" / "python").glob("*.py"))
     stubs = [s for s in stubs if s.name != "__init__.py"]
     if len(stubs) != 1:
-        raise BundleError(f"bundle {str(bundle)!r} should hold exactly one Python stub, found {len(stubs)}")
+        raise BundleError(f"bundle {str(bundle)!r} should hold exactly one Python stub in stubs/python/, found "
+                          f"{len(stubs)}", hint="copy the whole bundle folder, or rebuild it with `aot build`")
     name = f"_aot_stub_{abs(hash(str(stubs[0])))}"
     spec = importlib.util.spec_from_file_location(name, stubs[0])
     if spec is None or spec.loader is None:
@@ -58,21 +75,16 @@ def load_stub_class(bundle: Path) -> type:
     return classes[0]
 
 
-def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: list[str]) -> tuple[OutputDiff, ...]:
-    diffs = []
-    for name, a, e in zip(names, actual, expected):
-        if a.shape != e.shape:
-            raise BundleError(f"output {name!r}: shape {list(a.shape)} but the reference gives {list(e.shape)}")
-        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
-        rel = d / np.maximum(np.abs(e.astype(np.float64)), 1e-12)
-        diffs.append(OutputDiff(name, float(d.max(initial=0.0)), float(rel.max(initial=0.0))))
-    return tuple(diffs)
-
-
+def compare(actual: tuple[np.ndarray, ...], expected: list[np.ndarray], names: list[str],
+            atol: float = ATOL) -> tuple[OutputDiff, ...]:
+    if len(actual) != len(expected):
+        raise BundleError(f"the bundle returned {len(actual)} outputs where the reference gives {len(expected)}",
+                          hint="rebuild the bundle")
+    return tuple(OutputDiff(name, compare_arrays(a, e, atol=atol)) for name, a, e in zip(names, actual, expected))
 
 
 def check_bundle(bundle: Path, model: Path | str | None = None, seed: int = 0,
-                 inputs: dict[str, np.ndarray] | None = None) -> CheckResult:
+                 inputs: dict[str, np.ndarray] | None = None, atol: float = ATOL) -> CheckResult:
     """Run the bundle (its directory or the build directory) through its generated stub and
     compare every output with the reference on the same inputs. ``model``: the ONNX file, or the
     torch factory (``pkg.module:factory``), when not the one the manifest names."""
@@ -91,7 +103,7 @@ def check_bundle(bundle: Path, model: Path | str | None = None, seed: int = 0,
     else:
         expected = reference.outputs(Path(source), inputs, names, manifest)
     regions = tuple(f"{r.name}:{r.target.backend}" for r in manifest.regions)
-    return CheckResult(bundle, regions, compare(actual, expected, names), manifest.model.reference)
+    return CheckResult(bundle, regions, compare(actual, expected, names, atol), manifest.model.reference, atol)
 
 
 def _eager(factory: str, inputs: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:

@@ -11,7 +11,6 @@ Typed, frozen records written and read by one codec (``codec.py``) from their fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -21,6 +20,7 @@ from . import codec
 from .atomic import write_json
 from .codec import Inline, field
 from .errors import BundleError
+from .integrity import check_file, file_sha256   # file_sha256: the build hashes what it writes with it
 from .memory import DeviceMemory
 from .shapes import Bucket, Fallback, Shapes
 from .signature import TensorSig
@@ -241,12 +241,12 @@ class Manifest:
         return m
 
     def validate(self, bundle: Path) -> None:
-        """The files the manifest names are inside ``bundle``, present, and match their sha256."""
+        """The files the manifest names are inside ``bundle``, present, and match their size
+        (weights) and sha256 (integrity.check_file; a digest verified before is remembered)."""
         for r in self.regions:
             checked_member(bundle, r.module, r.sha256, f"module {r.module!r} of region {r.name!r}")
         for w in self.archives:
-            if not safe_member(bundle, w.path).is_file():
-                raise BundleError(f"bundle {str(bundle)!r} lacks its weights {w.path!r}", hint="rebuild it")
+            check_file(safe_member(bundle, w.path), w.sha256, w.size, f"weights archive {w.path!r}")
         for bucket in self.shapes.buckets[1:] if self.shapes else ():
             read_bucket(bundle, bucket)
         if self.shapes is not None and self.shapes.fallback is not None:
@@ -274,7 +274,7 @@ def read(bundle: str | Path) -> Manifest:
     if not path.exists():
         raise BundleError(f"{str(bundle)!r} is not a bundle: no {MANIFEST}",
                           hint="point at the directory given to `aot build -o`, or its bundle/")
-    manifest = _parse_file(path)
+    manifest = parse_file(path)
     manifest.validate(bundle)
     return manifest
 
@@ -291,12 +291,14 @@ def read_fallback(bundle: Path, fallback: Fallback) -> Manifest:
 
 def _read_member(bundle: Path, rel: str, sha256: str, what: str) -> Manifest:
     path = checked_member(bundle, rel, sha256, f"{rel!r}, the manifest of {what},")
-    manifest = _parse_file(path)
+    manifest = parse_file(path)
     manifest.validate(bundle)
     return manifest
 
 
-def _parse_file(path: Path) -> Manifest:
+def parse_file(path: Path) -> Manifest:
+    """The manifest at ``path``, parsed and its fields checked, without looking at the files it
+    names (``read`` does that too; ``aot check --integrity`` checks each and reports all)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -313,11 +315,7 @@ def _parse_file(path: Path) -> Manifest:
 def checked_member(bundle: Path, rel: str, sha256: str, what: str) -> Path:
     """``rel`` inside the bundle, present and matching ``sha256``; ``what`` names it in errors."""
     path = safe_member(bundle, rel)
-    if not path.is_file():
-        raise BundleError(f"bundle {str(bundle)!r} lacks {what}", hint="the bundle is incomplete; rebuild it")
-    if file_sha256(path) != sha256:
-        raise BundleError(f"{what} does not match its sha256 in the manifest (corrupt or replaced)",
-                          hint="rebuild the bundle")
+    check_file(path, sha256, None, what)
     return path
 
 
@@ -327,14 +325,6 @@ def safe_member(bundle: Path, rel: str) -> Path:
     if p.is_absolute() or ".." in p.parts or not p.parts:
         raise BundleError(f"manifest path {rel!r} leaves the bundle", hint="rebuild the bundle")
     return Path(bundle, *p.parts)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # x86 features that llvm-cpu code compiled for "host" may use; a machine lacking one of the build

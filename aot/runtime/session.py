@@ -58,9 +58,7 @@ class Session:
         self._invokers: dict[str, Any] = {}
         self._params: list[tuple[Any, str]] = []   # (parameter index, its scope) per archive
         for w in manifest.archives:
-            index = rt.ParameterIndex()
-            index.load(str(mf.safe_member(bundle, w.path)))
-            self._params.append((index, w.scope))
+            self._params.append((load_archive(rt, bundle, w), w.scope))
         self._bundle = bundle
         self._by_driver: dict[str, list[RegionEntry]] = {}
         for r in manifest.regions:
@@ -322,6 +320,21 @@ def check_index_inputs(ops: tuple[mf.IndexOp, ...], inputs: Mapping[str, np.ndar
                 f"input {op.input!r}: value {arr[pos]} at position {list(pos)} is outside {op.valid}, "
                 f"the range the {op.op} node {op.node!r} can index",
                 hint="onnxruntime rejects it too (indices out of data bounds); pass ids the model knows")
+
+
+def load_archive(rt: Any, bundle: Path, weights: mf.Weights) -> Any:
+    """The parameter index of one weights archive. IREE's parser answers a truncated or foreign
+    file with a bare IndexError or ValueError; this names the file instead. (``runtime.load``
+    checked its size and digest already; a Session opened on a staged candidate did not.)"""
+    path = mf.safe_member(bundle, weights.path)
+    index = rt.ParameterIndex()
+    try:
+        index.load(str(path))
+    except (IndexError, ValueError, RuntimeError, OSError) as e:
+        raise BundleError(f"weights archive {weights.path!r} cannot be read: the file {str(path)!r} is not a "
+                          f"valid parameter archive ({type(e).__name__}: {str(e).splitlines()[0][:200]})",
+                          hint="copy the bundle again from its source, or rebuild it with `aot build`") from None
+    return index
 
 
 def contiguous(arr: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 
 from aot import runtime
 from aot.checks import reference, timing
+from aot.checks.compare import compare
 from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.pipeline import all_on_host, build_planned, plan_model, whole_model
@@ -93,5 +94,5 @@ def _same_answers(results: list) -> None:
     ref = results[-1]
     for res in results[:-1]:
         for a, e in zip(res, ref):
-            if not np.allclose(np.asarray(a, np.float64), np.asarray(e, np.float64), rtol=1e-3, atol=1e-3):
+            if not compare(a, e, rtol=1e-3, atol=1e-3).ok:   # NaN/Inf must match too
                 raise AssertionError("benchmark contenders disagree; refusing to time wrong answers")

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from aot.checks.compare import compare
 from aot.runtime.target import Target
 from aot.tools import conformance_report
 from aot.tools.isolate import in_child
@@ -90,9 +91,8 @@ def run_case(case: Case, accel: str) -> CaseResult:
                     outputs = session.run({n: v for n, v in zip(names, inputs) if n not in skip})
                     for got, want in zip(outputs, expected):
                         want = np.asarray(want)
-                        if got.shape != want.shape or not np.allclose(got.astype(np.float64), want.astype(np.float64),
-                                                                      rtol=case.rtol, atol=case.atol, equal_nan=True):
-                            return CaseResult(case.name, "wrong result", _diff(got, want), time.perf_counter() - start)
+                        if not (c := compare(got, want, rtol=case.rtol, atol=case.atol)).ok:
+                            return CaseResult(case.name, "wrong result", c.reason[:200], time.perf_counter() - start)
         except Exception as e:  # noqa: BLE001 - classified, not hidden
             return CaseResult(case.name, "runtime error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
                               time.perf_counter() - start)
@@ -171,13 +171,6 @@ def _first_error(stderr: str) -> str:
         if "error:" in line:
             return line[line.index("error:"):][:200]
     return stderr.strip()[:200]
-
-
-def _diff(got: np.ndarray, want: np.ndarray) -> str:
-    if got.shape != want.shape:
-        return f"shape {list(got.shape)} vs expected {list(want.shape)}"
-    d = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    return f"max abs diff {float(np.nanmax(d, initial=0.0)):.3g}"
 
 
 @functools.lru_cache(maxsize=1)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from aot.checks.compare import compare
 from aot.tools import mutate
 from aot.tools.isolate import in_child
 
@@ -114,8 +115,6 @@ def _one(args: tuple[int, int, str]) -> FuzzResult:
 
 def _build_and_compare(path: Path, out: Path, accel: str) -> tuple[str, str]:
     """In the child: plan, build, run the bundle and onnxruntime on the same random inputs."""
-    import numpy as np
-
     from aot import api, runtime
     from aot.checks import reference
     from aot.errors import AotError
@@ -136,6 +135,6 @@ def _build_and_compare(path: Path, out: Path, accel: str) -> tuple[str, str]:
     except Exception as e:  # noqa: BLE001 - onnxruntime's own refusal, whatever its type
         return "built, onnxruntime refuses the model", f"{type(e).__name__}: {str(e)[:200]}"
     for o, g, w in zip(bundle.manifest.outputs, got, want):
-        if g.shape != w.shape or not np.allclose(g, w, rtol=1e-3, atol=1e-4, equal_nan=True):
-            return "built, differs from onnxruntime", f"output {o.name!r}"
+        if not (c := compare(g, w, rtol=1e-3, atol=1e-4)).ok:
+            return "built, differs from onnxruntime", f"output {o.name!r}: {c.reason}"
     return "built, matches onnxruntime", ""

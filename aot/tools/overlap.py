@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot import runtime
 from aot.checks import reference, timing
+from aot.checks.compare import compare
 from aot.checks.session import CheckSession
 from aot.errors import AotError
 from aot.partition.plan import Plan, Region
@@ -128,7 +129,7 @@ def bench(bundle: Path, iterations: int = 30, warmup: int = 3) -> OverlapBench:
                        hint="run `aot bench-overlap` with no bundle for the two-branch example")
     with runtime.load(bundle) as overlapped, CheckSession(where, m, overlap=False) as serial:
         inputs = reference.random_inputs(m.inputs, seed=0)
-        diff = max(float(np.max(np.abs(a - b), initial=0.0))
+        diff = max(compare(a, b).max_abs_diff   # inf where NaN/Inf differ
                    for a, b in zip(overlapped.run(inputs), serial.run(inputs)))
         times = timing.interleaved([("overlapped", lambda: overlapped.run(inputs)),
                                     ("serial", lambda: serial.run(inputs))], timing.Schedule(warmup, iterations))

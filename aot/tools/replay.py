@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from aot.checks import timing
+from aot.checks.compare import compare
 from aot.checks.reference import random_inputs
 from aot.checks.session import CheckSession
 from aot.errors import AotError
@@ -119,7 +120,7 @@ def bench(out: Path, trials: int = 5, calls: int = 30, seed: int = 0) -> ReplayB
         timings = []
         for mode, _flags in modes:
             load, first, steady = (statistics.median(col) for col in zip(*samples[(r.name, mode)]))
-            diff = max((float(np.abs(a.astype(np.float64) - b).max(initial=0.0))
+            diff = max((compare(a, b).max_abs_diff   # inf where NaN/Inf differ
                         for a, b in zip(results[(r.name, mode)], results[(r.name, "replay")])), default=0.0)
             timings.append((mode, ModeTiming(per_call[mode][r.name], load, first, steady, diff)))
         regions.append(RegionReplay(r.name, str(r.target), tuple(timings)))

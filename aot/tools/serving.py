@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from aot import runtime
 from aot.checks import timing
+from aot.checks.compare import compare
 from aot.checks.reference import random_inputs
 from aot.errors import AotError
 from aot.runtime.shapes import resized
@@ -39,7 +38,7 @@ def batch_vs_single(bundle: Path, requests: int = 8, iterations: int = 30, seed:
         specs = resized(session.manifest.inputs, shapes.dims, {d.symbol: 1 for d in shapes.dims if d.batch})
         batch = [random_inputs(specs, seed=seed + i) for i in range(requests)]
         singles = [session.run(r) for r in batch]
-        diff = max(float(np.abs(a.astype(np.float64) - b).max(initial=0.0))
+        diff = max(compare(a, b).max_abs_diff   # inf where NaN/Inf differ
                    for s, r in zip(singles, session.run_batch(batch)) for a, b in zip(r, s))
         times = timing.interleaved([("one", lambda: [session.run(r) for r in batch]),
                                     ("many", lambda: session.run_batch(batch))], timing.Schedule(0, iterations))

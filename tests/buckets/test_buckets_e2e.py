@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from aot.checks.compare import assert_close, compare
 from aot import api, runtime
 from aot.buckets.padding import PaddingError
 from aot.checks import reference
@@ -64,7 +65,7 @@ def test_a_symbolic_batch_builds_with_no_flag_and_any_batch_runs(cnn, tmp_path):
     with runtime.load(result.bundle.path) as session:
         x = _x(3, 0)
         (y,) = session(x)   # three chunks of the one bucket
-    np.testing.assert_allclose(y, _ort(cnn, x=x)[0], rtol=1e-4, atol=1e-5)
+    assert_close(y, _ort(cnn, x=x)[0], rtol=1e-4, atol=1e-5)
 
 
 def test_buckets_pad_chunk_and_match_onnxruntime(cnn, cnn_buckets):
@@ -81,7 +82,7 @@ def test_buckets_pad_chunk_and_match_onnxruntime(cnn, cnn_buckets):
             x = _x(n, n)
             (y,) = session.run({"x": x})
             assert y.shape == (n, 4)
-            np.testing.assert_allclose(y, _ort(cnn, x=x)[0], rtol=1e-4, atol=1e-5)
+            assert_close(y, _ort(cnn, x=x)[0], rtol=1e-4, atol=1e-5)
 
 
 def test_every_bucket_records_its_memory_and_loading_needs_them_all(cnn_buckets):
@@ -108,9 +109,9 @@ def test_run_batch_gives_every_request_its_own_single_run_answer(cnn_buckets):
         batched = [out[0] for out in session.run_batch(requests)]
     for i, (got, want) in enumerate(zip(batched, singles)):
         assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert_close(got, want, rtol=1e-5, atol=1e-6)
         others = [s for j, s in enumerate(singles) if j != i and s.shape == got.shape]
-        assert all(not np.allclose(got, o) for o in others)   # not a neighbour's answer
+        assert all(not compare(got, o, rtol=1e-5, atol=1e-8).ok for o in others)   # not a neighbour's answer
 
 
 def test_calls_across_buckets_hold_no_memory_past_the_first_of_each(cnn_buckets):
@@ -156,7 +157,7 @@ def test_a_batcher_serves_many_threads_each_its_own_answer(cnn_buckets):
                 t.join()
         assert isinstance(got["bad"], RuntimeInputError) and "expected shape" in str(got["bad"])
         for i in range(16):
-            np.testing.assert_allclose(got[i], expected[i], rtol=1e-5, atol=1e-6)
+            assert_close(got[i], expected[i], rtol=1e-5, atol=1e-6)
         assert max(batcher.batches) > 1 and sum(batcher.batches) == 16
 
 
@@ -171,7 +172,7 @@ def test_a_ratio_ladder_on_a_position_wise_axis_is_exact(tmp_path):
         for s in (3, 8, 12):
             x = _x(1, s, (s, 16))
             (y,) = session(x)
-            np.testing.assert_allclose(y, _ort(model, x=x)[0], rtol=1e-4, atol=1e-5)
+            assert_close(y, _ort(model, x=x)[0], rtol=1e-4, atol=1e-5)
         with pytest.raises(RuntimeInputError, match=r"'x' axis 1 \('S'\) is 17; the largest bucket compiled for it is 16"):
             session(_x(1, 0, (17, 16)))
 
@@ -218,18 +219,28 @@ def test_a_batch_that_an_output_sums_over_is_padded_but_never_chunked(tmp_path):
     with runtime.load(result.bundle.path) as session:
         x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
         for got, want in zip(session(x), _ort(model, x=x)):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            assert_close(got, want, rtol=1e-5, atol=1e-6)
         with pytest.raises(RuntimeInputError, match=r"axis 0 \('N'\) is 3; the largest bucket compiled for it is 2"):
             session(np.zeros((3, 4), np.float32))
 
 
-def test_a_damaged_bucket_is_a_bundle_error(cnn_buckets, tmp_path):
+def test_a_damaged_bucket_is_a_bundle_error(cnn_buckets, tmp_path, capsys):
+    from aot import cli
+
     copy = tmp_path / "bundle"
     shutil.copytree(cnn_buckets.bundle.path, copy)
+    # `aot check --integrity` walks every bucket's manifest to its modules, each file once.
+    assert cli.main(["check", "--integrity", str(copy)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    named = [line.split()[1] for line in lines if line.startswith("ok")]
+    assert "buckets/b1.json" in named and any(n.startswith("modules/b2/") for n in named)
+    assert len(named) == len(set(named)) and lines[-1] == f"{len(named)} files match the manifest"
     bucket = copy / "buckets" / "b1.json"
     bucket.write_text(bucket.read_text() + " ")
     with pytest.raises(BundleError, match=r"the manifest of bucket N=2, does not match its sha256"):
         runtime.load(copy)
+    assert cli.main(["check", "--integrity", str(copy)]) == 1
+    assert "FAIL  buckets/b1.json: " in capsys.readouterr().out
     shutil.copytree(cnn_buckets.bundle.path, copy, dirs_exist_ok=True)
     next((copy / "modules" / "b2").glob("*.vmfb")).unlink()
     with pytest.raises(BundleError, match="lacks module 'modules/b2/"):

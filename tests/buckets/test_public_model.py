@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import aot
+from aot.checks.compare import assert_close
 from aot import runtime
 from aot.checks import reference
 from aot.options import BuildOptions
@@ -42,7 +43,7 @@ def test_buckets_serve_batches_3_8_and_11_as_onnxruntime_does(onet, tmp_path):
             assert ran == buckets
             for g, want in zip(got, ort.run(None, {"input_3": x})):
                 assert g.shape == want.shape
-                np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+                assert_close(g, want, rtol=1e-4, atol=1e-5)
 
 
 def _spy(run, size: int, ran: list[int]):

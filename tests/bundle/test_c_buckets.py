@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aot.checks.compare import assert_close
 from aot.bundle.c_buckets import c_dispatcher
 from aot.bundle.c_stub import c_stub
 from aot.runtime import shapes as sh
@@ -228,7 +229,7 @@ def test_the_dispatcher_serves_any_batch_on_an_installed_iree_runtime(bucketed, 
         assert f"rows_any: bucket {1 if n == 2 else 0}; load" in proc.stdout
         got, (want,) = np.load(folder / "output0.npy"), session.run(None, {"x": x})
         assert got.shape == want.shape == (n, 16)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_static_bundle_has_no_dispatcher(host_bundle):

@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.checks.compare import assert_close
 from aot.checks import reference
 from aot.frontend.conv1d import decompose_short_conv1ds
 from conftest import onnx_model
@@ -39,7 +40,7 @@ def test_same_values_as_the_convolution(model):
     want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
     got = reference.session(result.model.SerializeToString(), optimize=False).run(None, {"x": x})[0]
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("model", [

@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.checks.compare import assert_close
 from aot.checks import reference
 from aot.frontend.conv_transpose import decompose_strided_conv_transposes
 from conftest import onnx_model
@@ -40,7 +41,7 @@ def test_same_values_as_the_transposed_convolution(cout, kernel, bias):
     want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
     got = reference.session(result.model.SerializeToString(), optimize=False).run(None, {"x": x})[0]
     assert got.shape == want.shape == (2, cout, SIZE[0] * kernel[0], SIZE[1] * kernel[1])
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("model", [

@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.checks.compare import assert_close
 from aot.checks import reference
 from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants
@@ -43,7 +44,7 @@ def test_same_values_as_the_convolution(kernel, strides, pads, bias):
     want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
     got = reference.session(result.model.SerializeToString(), optimize=False).run(None, {"x": x})[0]
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("model", [_conv(group=1), _conv(group=2), _conv(kernel=(1, 1), pads=(0, 0, 0, 0))],

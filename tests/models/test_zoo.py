@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import aot
+from aot.checks.compare import assert_close
 from aot.checks import golden as check, reference
 from aot.options import BuildOptions
 from aot.partition.plan import GateMode
@@ -233,7 +234,7 @@ def test_vad_streams_with_state_and_finds_the_speech(accel, corpus_bundle):
         stub.close()
     theirs = samples.stream_vad(lambda x, s: sess.run(None, {"input": x, "state": s, "sr": np.array(16000)}), audio)
     # State feedback over 125 calls: each bundle step feeds its own state to the next.
-    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    assert_close(ours, theirs, atol=1e-4)
     assert (ours[label == 1] > 0.5).all() and (ours[label == 0] < 0.5).all()
     assert (label == 1).sum() >= 20 and (label == 0).sum() >= 40
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aot.checks.compare import assert_close
 from aot.checks import reference
 from aot.runtime import manifest as mf
 
@@ -77,7 +78,7 @@ def test_a_copied_bundle_runs_with_only_the_runtime_and_numpy(vulkan_bundle, exa
     for i, (want, sig) in enumerate(zip(expected, manifest.outputs)):
         got = np.load(bundle / f"out{i}.npy")
         assert got.dtype == want.dtype and got.shape == want.shape, sig.name
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=sig.name)
+        assert_close(got, want, rtol=1e-4, atol=1e-5, what=sig.name)
 
 
 def test_a_damaged_shipped_runtime_is_refused_by_name(vulkan_bundle, bare_python, tmp_path):

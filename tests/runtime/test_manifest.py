@@ -38,16 +38,19 @@ def test_a_region_whose_driver_contradicts_its_target_is_malformed():
         Manifest.from_json(data)
 
 
-def write_bundle(path, manifest: Manifest) -> None:
+def write_bundle(path, manifest: Manifest) -> Manifest:
+    """The files ``manifest`` names, its weights' digest and size made to match; the manifest written."""
     (path / "modules").mkdir(parents=True)
     (path / "modules" / "r0.vmfb").write_bytes(b"module")
     (path / "weights.irpa").write_bytes(b"weights")
+    manifest = dataclasses.replace(manifest, weights=mf.Weights("weights.irpa", "model",
+                                                                hashlib.sha256(b"weights").hexdigest(), 7))
     manifest.write(path)
+    return manifest
 
 
 def test_read_checks_files_and_takes_the_build_directory(tmp_path):
-    good = small_manifest(hashlib.sha256(b"module").hexdigest())
-    write_bundle(tmp_path / "out" / "bundle", good)
+    good = write_bundle(tmp_path / "out" / "bundle", small_manifest(hashlib.sha256(b"module").hexdigest()))
     assert mf.read(tmp_path / "out") == good == mf.read(tmp_path / "out" / "bundle")
     (tmp_path / "out" / "bundle" / "modules" / "r0.vmfb").write_bytes(b"other")
     with pytest.raises(BundleError, match="does not match its sha256"):
