@@ -128,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     bh = sub.add_parser("bench-harness", help="is the benchmark harness fair? each contender timed interleaved in "
                                               "one process vs alone in a process of its own, medians")
     bh.add_argument("bundles", nargs="+", help="bundles built from ONNX models (the model must be where it was)")
-    bh.add_argument("--iterations", type=int, default=30)
+    bh.add_argument("--iterations", type=args_.count, default=30)
     bh.set_defaults(func=_cmd_bench_harness)
 
     ln = sub.add_parser("learn", help="the learned partition policy's data: collect measured plans")
@@ -137,9 +137,10 @@ def _parser() -> argparse.ArgumentParser:
                                          "cost database (append-only, resumable)")
     lc.add_argument("models", nargs="+", help="ONNX models or zoo:NAME")
     lc.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
-    lc.add_argument("--perturbations", type=int, default=8, help="seeded random boundary perturbations per model")
-    lc.add_argument("--seed", type=int, default=0)
-    lc.add_argument("--iterations", type=int, default=20, help="timed runs per plan (median)")
+    lc.add_argument("--perturbations", type=lambda t: args_.count(t, least=0), default=8,
+                    help="seeded random boundary perturbations per model")
+    lc.add_argument("--seed", type=args_.seed, default=0)
+    lc.add_argument("--iterations", type=args_.count, default=20, help="timed runs per plan (median)")
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     _add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
@@ -147,9 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     sk = sub.add_parser("soak", help="serving under load: client threads through one Batcher over a bucketed "
                                      "bundle, some requests malformed; nothing wrong, nothing lost")
     sk.add_argument("bundle", help="a bundle with batch buckets")
-    sk.add_argument("--requests", type=int, default=10_000)
-    sk.add_argument("--clients", type=int, default=16)
-    sk.add_argument("--seed", type=int, default=0)
+    sk.add_argument("--requests", type=args_.count, default=10_000)
+    sk.add_argument("--clients", type=args_.count, default=16)
+    sk.add_argument("--seed", type=args_.seed, default=0)
     sk.set_defaults(func=_cmd_soak)
 
     pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
@@ -361,8 +362,10 @@ def _cmd_bench_harness(args: argparse.Namespace) -> int:
 def _cmd_learn_collect(args: argparse.Namespace) -> int:
     from aot.learn import collect
 
+    work = args_.output_folder("-o/--output", args.output)
+    options = _build_options(args)
     for model in args.models:
-        done = collect.collect(model, Path(args.db), Path(args.output), _build_options(args), args.perturbations,
+        done = collect.collect(model, Path(args.db), work, options, args.perturbations,
                                args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr))
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
@@ -383,9 +386,8 @@ def _cmd_soak(args: argparse.Namespace) -> int:
 
 def _corpus_bench(args: argparse.Namespace) -> int:
     from aot.partition.support import split_names
+    from aot.models import zoo
     from aot.tools import corpus_bench
-
-    from aot.tools import zoo
 
     names = tuple(split_names(args.models))
     for name in names:   # an unknown name fails now, not after the other models' builds

@@ -5,7 +5,7 @@ One IREE module runs a region whole, so what a plan can still change once every 
 device is which nodes share a region and the order regions are issued in across the device lanes
 (``runtime/lanes.py``). Why per segment: every node of a segment descends from the previous
 segment's key node, whose region finishes after every region before it, so a segment starts with
-every lane idle and its time adds to the others' (``tests/partition/test_search.py`` checks it).
+every lane idle and its time adds to the others' (``tests/partition/test_order_search.py`` checks it).
 Each segment is searched alone, and the search stays linear in the model's size.
 
 A segment's candidates: the greedy regions cut at its bounds (the baseline); for each of up to

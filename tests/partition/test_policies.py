@@ -163,6 +163,7 @@ def test_gate_decision_survives_the_plan_file(tmp_path):
     assert Plan.load(tmp_path / "p.json") == plan
 
 
+@pytest.mark.slow   # 1,000 seeded DAGs: ~10 s alone, over 20 s on a loaded 2-core machine
 @settings(max_examples=1000, deadline=None, derandomize=True)
 @given(labelled_dags(), st.sampled_from(["greedy", "depth"]), st.sampled_from(MODES), st.integers(1, 3))
 def test_every_policy_and_selection_mode_yields_a_valid_plan(case, policy, mode, k):
