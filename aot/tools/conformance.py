@@ -96,8 +96,7 @@ def run_case(case: Case, accel: str) -> CaseResult:
         except Exception as e:  # noqa: BLE001 - classified, not hidden
             return CaseResult(case.name, "runtime error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
                               time.perf_counter() - start)
-        detail = f"fell back to llvm-cpu: {', '.join(fallbacks)}" if fallbacks else ""
-        return CaseResult(case.name, "pass", detail, time.perf_counter() - start)
+        return CaseResult(case.name, "pass", _where_it_ran(result.bundle.manifest, accel, fallbacks), time.perf_counter() - start)
     except Exception as e:  # noqa: BLE001 - anything else is still a result
         return CaseResult(case.name, "import error", f"{type(e).__name__}: {str(e)[:200]}", time.perf_counter() - start)
     finally:
@@ -162,6 +161,15 @@ def _shapes_from_data(case: Case, sets: DataSets, baked: Iterable[tuple[str, np.
     first = sets[0][0] if sets else []
     return tuple((n, tuple(a.shape)) for n, a in zip(_input_names(case), first)
                  if isinstance(a, np.ndarray) and a.ndim > 0 and n not in skip)
+
+
+def _where_it_ran(manifest: Any, accel: str, fallbacks: list[str]) -> str:
+    """A passing case's detail: empty when every region ran on the target's device, else the
+    regions that ran on the host (the plan kept them there, or their compile fell back)."""
+    host = [r.name for r in manifest.regions if r.target.is_host]
+    if accel == "none" or not host:
+        return ""
+    return conformance_report.ON_HOST + ", ".join(host) + (f" (compile fell back: {', '.join(fallbacks)})" if fallbacks else "")
 
 
 def _first_error(stderr: str) -> str:

@@ -9,6 +9,7 @@ from collections import Counter
 
 CATEGORIES = ("pass", "wrong result", "runtime error", "compile error", "import error", "unsupported")
 _NARROW = re.compile(r"float8|e4m3|e5m2|float4|int4|uint4|int2|uint2", re.I)
+ON_HOST = "on the host: "   # how a passing case's detail starts when some region ran on the host
 _HALF = re.compile(r"fp16|bf16|float16|bfloat16", re.I)
 
 
@@ -72,6 +73,12 @@ def markdown(results: list[dict]) -> str:
         importable = res["total"] - c["unsupported"] - c["import error"]
         lines.append(f"| {res['target']} | {res['total']} | " + " | ".join(str(c[k]) for k in CATEGORIES)
                      + f" | {100 * c['pass'] / max(res['total'], 1):.1f}% | {100 * c['pass'] / max(importable, 1):.1f}% |")
+    for res in results:
+        passed = [x for x in res["cases"] if x["status"] == "pass"]
+        on_host = sum(1 for x in passed if x.get("detail", "").startswith(ON_HOST))
+        if on_host:
+            lines.append(f"\n{res['target']}: {len(passed) - on_host} passing cases ran wholly on its device, "
+                         f"{on_host} with some regions on the host.")
     for res in results:
         failed = [x for x in res["cases"] if x["status"] != "pass"]
         by_class = Counter(error_class(x) for x in failed)

@@ -73,3 +73,12 @@ def test_each_failure_has_one_error_class(case, expected):
 def test_first_error_drops_the_temporary_location():
     tail = "note: x\n/tmp/aot-conf-abc/out/build/regions/r0.mlir:4:10: error: failed to legalize operation 'torch.operator'\n"
     assert conformance._first_error(tail) == "error: failed to legalize operation 'torch.operator'"
+
+
+def test_vulkan_passes_count_those_that_ran_wholly_on_the_device():
+    fake = {"target": "vulkan-spirv", "total": 3, "counts": {k: 0 for k in conformance.CATEGORIES},
+            "cases": [{"name": "test_a", "status": "pass", "detail": ""},
+                      {"name": "test_b", "status": "pass", "detail": conformance_report.ON_HOST + "r1"},
+                      {"name": "test_c", "status": "pass", "detail": ""}]}
+    fake["counts"]["pass"] = 3
+    assert "2 passing cases ran wholly on its device, 1 with some regions on the host" in conformance_report.markdown([fake])
