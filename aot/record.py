@@ -33,10 +33,17 @@ RECORD_SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True)
-class UnsupportedOp:
+class OpTally:
+    """An op type, how many of the model's nodes, and why: ops the accelerator cannot run
+    (coverage) and ops the front end wrote out before planning (rewrites) alike."""
+
     op: str
     count: int
     reason: str
+
+
+UnsupportedOp = OpTally   # coverage's name for it
+Rewrite = OpTally         # a front-end rewrite the build applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,15 +157,6 @@ class Machine:
     @classmethod
     def this(cls) -> "Machine":
         return cls(platform.platform(), _cpu_model(), os.cpu_count() or 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Rewrite:
-    """A front-end rewrite the build applied to the model: the op, how many of its nodes, and why."""
-
-    op: str
-    count: int
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
