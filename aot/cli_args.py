@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 from aot.errors import RuntimeInputError, UsageError
 
 if TYPE_CHECKING:
+    from aot.options import BuildOptions
     from aot.runtime.manifest import Manifest
 
 
@@ -123,3 +124,19 @@ def check_input_dtypes(manifest: Manifest, items: list[str], inputs: dict[str, o
         if got.newbyteorder("=") != wanted[name]:
             raise RuntimeInputError(f"--input {name!r}: {files[name]!r} holds {got.name}, the bundle takes "
                                     f"{wanted[name].name}", hint=f"save it with .astype(np.{wanted[name].name})")
+
+
+def add_options(p: argparse.ArgumentParser, command: str = "build") -> None:
+    """The flags of every BuildOptions field ``command`` takes (generated: options.py owns them)."""
+    from aot.option_flags import add_arguments
+    from aot.options import BuildOptions
+
+    add_arguments(p, BuildOptions, command)
+
+
+def build_options(args: argparse.Namespace, command: str = "build") -> "BuildOptions":
+    """BuildOptions from the command line: what was given, parsed once; the rest its defaults."""
+    from aot.option_flags import from_arguments
+    from aot.options import BuildOptions
+
+    return from_arguments(BuildOptions, args, command)

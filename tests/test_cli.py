@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import aot
-from aot import cli, option_flags
+from aot import cli, cli_args, option_flags
 from aot.option_flags import UsageError
 from aot.options import FallbackMode
 from aot.partition.partitioner import PartitionOptions
@@ -25,7 +25,7 @@ from aot.runtime.target import Target
 
 
 def options(*argv: str) -> BuildOptions:
-    return cli._build_options(cli._parser().parse_args(["build", "m.onnx", "-o", "out", *argv]))
+    return cli_args.build_options(cli._parser().parse_args(["build", "m.onnx", "-o", "out", *argv]))
 
 
 def test_no_flags_give_exactly_the_default_options():

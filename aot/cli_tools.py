@@ -1,0 +1,231 @@
+"""The `aot` subcommands that run developer tools (benchmarks, the harness check, the learned
+policy's collection, the soak, profiling, fuzzing, conformance): their flags and handlers. Only
+the command line imports this module, and only it imports ``aot.tools`` (tests/test_layout.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aot import cli_args as args_
+from aot.errors import AotError
+from aot.runtime.target import Target
+
+
+def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
+    """The developer-tool subcommands, added to the `aot` command's subparsers."""
+    bn = sub.add_parser("bench", help="MODEL: bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime; "
+                                      "no MODEL: every zoo model, default vs tuned vs onnxruntime")
+    bn.add_argument("model", nargs="?", help="a model or zoo:NAME (default: the corpus benchmark)")
+    bn.add_argument("-o", "--output", default=None, help="workspace for the benchmark builds")
+    bn.add_argument("--iterations", type=args_.count, default=None, help="interleaved turns (default 50; corpus 30)")
+    bn.add_argument("--models", help="corpus benchmark: comma-separated zoo names (default: all)")
+    bn.add_argument("--docs", default="docs", help="corpus benchmark: where the JSON and SVG go")
+    args_.add_options(bn)
+    bn.set_defaults(func=_cmd_bench)
+
+    bb = sub.add_parser("bench-batch", help="requests one by one vs the same requests in one run_batch "
+                                           "(a bundle with batch buckets), medians per request")
+    bb.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
+    bb.add_argument("--requests", type=args_.count, default=8)
+    bb.add_argument("--iterations", type=args_.count, default=30)
+    bb.set_defaults(func=_cmd_bench_batch)
+
+    rb = sub.add_parser("bench-replay", help="each accelerator region replaying its recorded command buffer "
+                                             "vs recording it every call: load, first call and steady state")
+    rb.add_argument("out", help="the directory given to `aot build -o` (its build/ holds the region MLIR)")
+    rb.add_argument("--trials", type=args_.count, default=5, help="fresh sessions per mode")
+    rb.add_argument("--calls", type=args_.count, default=30, help="steady-state calls per session")
+    rb.set_defaults(func=_cmd_bench_replay)
+
+    ov = sub.add_parser("bench-overlap", help="regions on different devices run at the same time (a lane per "
+                                              "device) vs one after another, medians in one process")
+    ov.add_argument("bundle", nargs="?", help="the bundle, or the directory given to `aot build -o` (default: build "
+                                              "the two-branch example into artifacts/bench/overlap)")
+    ov.add_argument("--iterations", type=args_.count, default=30)
+    ov.set_defaults(func=_cmd_bench_overlap)
+
+    bh = sub.add_parser("bench-harness", help="is the benchmark harness fair? each contender timed interleaved in "
+                                              "one process vs alone in a process of its own, medians")
+    bh.add_argument("bundles", nargs="+", help="bundles built from ONNX models (the model must be where it was)")
+    bh.add_argument("--iterations", type=args_.count, default=30)
+    bh.set_defaults(func=_cmd_bench_harness)
+
+    ln = sub.add_parser("learn", help="the learned partition policy's data: collect measured plans")
+    lsub = ln.add_subparsers(dest="learn_command", required=True)
+    lc = lsub.add_parser("collect", help="build and time every distinct candidate plan of each model into a "
+                                         "cost database (append-only, resumable)")
+    lc.add_argument("models", nargs="+", help="ONNX models or zoo:NAME")
+    lc.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
+    lc.add_argument("--perturbations", type=lambda t: args_.count(t, least=0), default=8,
+                    help="seeded random boundary perturbations per model")
+    lc.add_argument("--seed", type=args_.seed, default=0)
+    lc.add_argument("--iterations", type=args_.count, default=20, help="timed runs per plan (median)")
+    lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
+    args_.add_options(lc)
+    lc.set_defaults(func=_cmd_learn_collect)
+
+    sk = sub.add_parser("soak", help="serving under load: client threads through one Batcher over a bucketed "
+                                     "bundle, some requests malformed; nothing wrong, nothing lost")
+    sk.add_argument("bundle", help="a bundle with batch buckets")
+    sk.add_argument("--requests", type=args_.count, default=10_000)
+    sk.add_argument("--clients", type=args_.count, default=16)
+    sk.add_argument("--seed", type=args_.seed, default=0)
+    sk.set_defaults(func=_cmd_soak)
+
+    pf = sub.add_parser("profile", help="time every dispatch of each region on its device (IREE's HAL profiler) "
+                                        "beside onnxruntime's time per operator type")
+    pf.add_argument("bundle", help="the bundle, or the directory given to `aot build -o`")
+    pf.add_argument("--model", help="the source ONNX model (default: the one named in the manifest)")
+    pf.add_argument("--runs", type=args_.count, default=20)
+    pf.add_argument("--top", type=args_.count, default=10, help="dispatches listed per region")
+    pf.add_argument("--json", help="also write the profile as JSON to this file")
+    pf.set_defaults(func=_cmd_profile)
+
+    fz = sub.add_parser("fuzz", help="build mutated models in child processes: every outcome must be a "
+                                     "bundle matching onnxruntime or a typed error")
+    fz.add_argument("--count", type=args_.count, default=1000)
+    fz.add_argument("--seed", type=args_.seed, default=0)
+    fz.add_argument("--workers", type=args_.count, default=2)
+    fz.add_argument("-o", "--output", default="artifacts/fuzz", help="summary.json and the failing mutants")
+    fz.set_defaults(func=_cmd_fuzz)
+
+    cf = sub.add_parser("conformance", help="run ONNX node test cases through the whole pipeline")
+    cf.add_argument("--target", choices=Target.backends(), default="llvm-cpu")
+    cf.add_argument("--filter", help="regular expression on test case names")
+    cf.add_argument("--limit", type=args_.count)
+    cf.add_argument("--workers", type=args_.count, default=2)
+    cf.add_argument("-o", "--output", help="results JSON (default: docs/conformance-TARGET.json)")
+    cf.add_argument("--markdown", default="docs/conformance.md", help="summary of every target's results")
+    cf.set_defaults(func=_cmd_conformance)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from aot import api
+    from aot.tools import bench
+
+    if args.model is None:
+        return _corpus_bench(args)
+    if api.is_torch(args.model):
+        raise AotError(f"aot bench compares a bundle with onnxruntime on the same ONNX model; {args.model!r} is "
+                       "a PyTorch factory", hint="export it with torch.onnx.export and bench that file")
+    model, options = api.resolve(args.model, args_.build_options(args))
+    out = Path(args.output) if args.output else Path("artifacts") / "bench" / model.stem
+    print(bench.run(model, out, options, iterations=args.iterations or 50).text())
+    return 0
+
+
+def _cmd_bench_batch(args: argparse.Namespace) -> int:
+    from aot.tools import serving
+
+    print(serving.batch_vs_single(Path(args.bundle), args.requests, args.iterations).text())
+    return 0
+
+
+def _cmd_bench_replay(args: argparse.Namespace) -> int:
+    from aot.tools import replay
+
+    print(replay.bench(Path(args.out), args.trials, args.calls).text())
+    return 0
+
+
+def _cmd_bench_overlap(args: argparse.Namespace) -> int:
+    from aot.tools import overlap
+
+    bundle = Path(args.bundle) if args.bundle else overlap.build_example(
+        Path("artifacts/bench/overlap"), lambda s: print(s, file=sys.stderr))
+    print(overlap.bench(bundle, args.iterations).text())
+    return 0
+
+
+def _cmd_bench_harness(args: argparse.Namespace) -> int:
+    from aot.tools import harness_check
+
+    for bundle in args.bundles:
+        print(harness_check.check(Path(bundle), args.iterations).text(), flush=True)
+    return 0
+
+
+def _cmd_learn_collect(args: argparse.Namespace) -> int:
+    from aot.learn import collect
+
+    work = args_.output_folder("-o/--output", args.output)
+    options = args_.build_options(args)
+    for model in args.models:
+        done = collect.collect(model, Path(args.db), work, options, args.perturbations,
+                               args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr))
+        print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
+              f"in the database, {len(done.failed)} failed")
+    print(args.db)
+    return 0
+
+
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from aot.tools import soak
+
+    result = soak.soak(Path(args.bundle), args.requests, args.clients, seed=args.seed)
+    print(result.text())
+    answered, errors, seconds = soak.close_in_flight(Path(args.bundle), seed=args.seed)
+    print(f"closed with {answered + errors} requests in flight: {answered} answered, {errors} errors, "
+          f"in {seconds:.2f} s")
+    return 0 if result.ok else 1
+
+
+def _corpus_bench(args: argparse.Namespace) -> int:
+    from aot.partition.support import split_names
+    from aot.models import zoo
+    from aot.tools import corpus_bench
+
+    names = tuple(split_names(args.models))
+    for name in names:   # an unknown name fails now, not after the other models' builds
+        zoo.by_name(name)
+    docs = args_.output_folder("--docs", args.docs)
+    out = Path(args.output) if args.output else Path("artifacts") / "bench" / "corpus"
+    result = corpus_bench.run(out, names, iterations=args.iterations or 30,
+                              progress=lambda s: print(s, file=sys.stderr))
+    print(corpus_bench.text(result))
+    for path in corpus_bench.write(result, docs):
+        print(path)
+    return 0
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    import json
+
+    from aot.tools import profile
+
+    json_out = args_.output_file("--json", args.json) if args.json else None
+    result = profile.profile_bundle(args.bundle, Path(args.model) if args.model else None, runs=args.runs)
+    print(result.text(args.top))
+    if json_out:
+        json_out.write_text(json.dumps(result.to_json(), indent=1) + "\n")
+        print(args.json)
+    return 0
+
+
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from aot.tools import fuzz
+    from aot.tools.progress import Progress
+
+    output = args_.output_folder("-o", args.output)
+    with Progress("fuzz", args.count) as bar:
+        summary = fuzz.run(args.count, args.seed, output, args.workers, lambda done, total, r: bar.advance(
+            f"m{r.index:05d} {r.outcome}" + (f": {r.detail[:120]}" if r.outcome in fuzz.FAILURES else ""),
+            important=r.outcome in fuzz.FAILURES))
+    print(fuzz.text(summary))
+    print(Path(args.output) / "summary.json")
+    return 1 if summary["failures"] else 0
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    from aot.tools import conformance
+
+    out = args_.output_file("-o", args.output or f"docs/conformance-{args.target}.json")
+    markdown = args_.output_file("--markdown", args.markdown) if args.markdown else None
+    results = conformance.run(args.target, args_.pattern("--filter", args.filter), args.limit, args.workers)
+    conformance.write(results, out, markdown)
+    c = results["counts"]
+    print(", ".join(f"{c[k]} {k}" for k in conformance.CATEGORIES) + f" of {results['total']} cases")
+    print(out)
+    return 0
