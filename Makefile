@@ -61,8 +61,10 @@ fuzz: setup
 # Serving under load: 10,000 requests from 16 threads through one Batcher over MTCNN's ONet with
 # batch buckets (a public model with a symbolic batch), a tenth malformed (make test runs 1,000).
 SOAK_REQUESTS ?= 10000
+# (The model file itself: the zoo's recipe pins ONet's batch to 1.)
+ONET = $(shell $(PY) -c "from aot.models import zoo; print(zoo.fetch(zoo.by_name('mtcnn-onet')))")
 soak: setup
-	$(AOT) build zoo:mtcnn-onet --accel none --batch-buckets 1,2,4,8 -o artifacts/soak
+	$(AOT) build $(ONET) --accel none --batch-buckets 1,2,4,8 -o artifacts/soak
 	$(AOT) soak artifacts/soak --requests $(SOAK_REQUESTS)
 
 clean:

@@ -69,7 +69,7 @@ def soak(bundle: Path, requests: int = 10_000, clients: int = 16, malformed_shar
         pool, expected = _pool(session, seed)
         rng = random.Random(seed)
         plan = [(rng.randrange(len(pool)), rng.random() < malformed_share) for _ in range(requests)]
-        answers: list[Any] = [None] * requests
+        answers: list[str | None] = [None] * requests
         latencies = [0.0] * requests
         rss: dict[int, float] = {}
         done = threading.Semaphore(0)
@@ -80,10 +80,14 @@ def soak(bundle: Path, requests: int = 10_000, clients: int = 16, malformed_shar
                     index, bad = plan[i]
                     t0 = time.perf_counter()
                     try:
-                        answers[i] = batcher(_malformed(pool[index], i) if bad else pool[index])
-                    except Exception as e:   # noqa: BLE001 - every outcome is classified below
-                        answers[i] = e
+                        got: Any = batcher(_malformed(pool[index], i) if bad else pool[index])
+                    except Exception as e:   # noqa: BLE001 - every outcome is classified
+                        got = e
                     latencies[i] = time.perf_counter() - t0
+                    # A verdict, not the answer: answers (and errors, whose tracebacks hold the
+                    # request's arrays) kept for 10,000 requests would be the memory growth measured.
+                    answers[i] = _verdict(got, bad, expected[index])
+                    del got
                     done.release()
 
             threads = [threading.Thread(target=client, args=(range(c, requests, clients),), daemon=True)
@@ -99,7 +103,7 @@ def soak(bundle: Path, requests: int = 10_000, clients: int = 16, malformed_shar
             for t in threads:
                 t.join()
         seconds = time.monotonic() - start
-    return _result(plan, answers, expected, latencies, rss, requests, clients, seconds)
+    return _result(plan, answers, latencies, rss, requests, clients, seconds)
 
 
 def close_in_flight(bundle: Path, requests: int = 64, seed: int = 0, within_s: float = 5.0) -> tuple[int, int, float]:
@@ -146,24 +150,25 @@ def _malformed(inputs: dict[str, np.ndarray], i: int) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if k != name}
 
 
-def _result(plan: list[tuple[int, bool]], answers: list[Any], expected: list[tuple], latencies: list[float],
+def _verdict(got: Any, bad: bool, expected: tuple) -> str:
+    """``ok``, ``refused``, ``wrong`` or ``error: ...`` for one answer."""
+    if isinstance(got, RuntimeInputError) and bad:
+        return "refused"
+    if isinstance(got, Exception):
+        return f"error: {type(got).__name__}: {got}"[:200]
+    if bad or len(got) != len(expected) or not all(
+            within(np.asarray(a), np.asarray(e), RTOL)[0] for a, e in zip(got, expected)):
+        return "wrong"
+    return "ok"
+
+
+def _result(plan: list[tuple[int, bool]], verdicts: list[str | None], latencies: list[float],
             rss: dict[int, float], requests: int, clients: int, seconds: float) -> SoakResult:
-    wrong = lost = refused = 0
-    other: list[str] = []
-    for (index, bad), got in zip(plan, answers):
-        if got is None:
-            lost += 1
-        elif isinstance(got, RuntimeInputError) and bad:
-            refused += 1
-        elif isinstance(got, Exception):
-            other.append(f"{type(got).__name__}: {got}"[:200])
-        elif bad or len(got) != len(expected[index]) or not all(
-                within(np.asarray(a), np.asarray(e), RTOL)[0] for a, e in zip(got, expected[index])):
-            wrong += 1
+    other = tuple(v for v in verdicts if v is not None and v.startswith("error"))
     ms = sorted(t * 1e3 for t in latencies)
-    return SoakResult(requests, clients, sum(bad for _, bad in plan), refused, wrong, lost, tuple(other),
-                      rss[min(rss)], rss[max(rss)], ms[len(ms) // 2], ms[min(len(ms) - 1, int(len(ms) * 0.99))],
-                      seconds)
+    return SoakResult(requests, clients, sum(bad for _, bad in plan), verdicts.count("refused"), verdicts.count("wrong"),
+                      verdicts.count(None), other, rss[min(rss)], rss[max(rss)], ms[len(ms) // 2],
+                      ms[min(len(ms) - 1, int(len(ms) * 0.99))], seconds)
 
 
 def _rss_mib() -> float:
