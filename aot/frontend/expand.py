@@ -110,6 +110,16 @@ def _written_out(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypePro
     call = onnx.NodeProto()
     call.CopyFrom(node)
     call.op_type, call.domain = body.name, _DOMAIN
+    # An attribute the node leaves at its default is absent, and the inliner then drops the body's
+    # references to it (Swish's ``alpha`` in its Constant): give the call every default explicitly.
+    given = {a.name for a in node.attribute}
+    schema_attrs = onnx.defs.get_schema(node.op_type, opset, node.domain or "").attributes
+    for name, attr in sorted(schema_attrs.items()):
+        if name not in given and attr.default_value.name:
+            default = onnx.AttributeProto()
+            default.CopyFrom(attr.default_value)
+            default.name = name
+            call.attribute.append(default)
     graph = helper.make_graph(
         [call], "expand", [helper.make_value_info(i, types[i]) for i in node.input if i],
         [helper.make_value_info(o, types[o]) if o in types else helper.make_empty_tensor_value_info(o)
@@ -130,17 +140,25 @@ def _written_out(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypePro
 
 def _scoped(nodes: list[onnx.NodeProto], node: onnx.NodeProto) -> list[onnx.NodeProto]:
     """The body's own values and nodes renamed under the expanded node's name, so they cannot
-    collide with the model's (or another expansion's) names; its inputs and outputs keep theirs."""
+    collide with the model's (or another expansion's) names; its inputs and outputs keep theirs.
+    Subgraphs (an ``If`` in AffineGrid's body) read the renamed values by their new names."""
     outer = {*node.input, *node.output}
     prefix = f"{node.name or node.op_type}/"
+    renamed = {v: prefix + v for n in nodes for v in n.output if v and v not in outer}
 
-    def name(v: str) -> str:
-        return v if not v or v in outer else prefix + v
+    def rename(ns: list[onnx.NodeProto] | Any) -> None:
+        for n in ns:
+            n.input[:] = [renamed.get(v, v) for v in n.input]
+            n.output[:] = [renamed.get(v, v) for v in n.output]
+            for a in n.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    rename(g.node)
+                    for out in g.output:
+                        out.name = renamed.get(out.name, out.name)
 
+    rename(nodes)
     for n in nodes:
         n.name = prefix + (n.name or n.op_type)
-        n.input[:] = [name(v) for v in n.input]
-        n.output[:] = [name(v) for v in n.output]
     return nodes
 
 
