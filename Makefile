@@ -26,7 +26,7 @@ model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 # mypy over aot/ first ([tool.mypy] in pyproject.toml: zero errors, a few seconds), then every test.
 test: setup
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 # Everything that does not compile with IREE, run on a device, download a model or take long:
 # under a minute, for the edit loop (tests/conftest.py keeps the marks honest).
