@@ -65,8 +65,9 @@ def _visible(out):
     return sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
 
 
-@pytest.mark.slow   # twenty builds, each killed at a different point (~35 s)
-def test_sigkill_at_twenty_points_keeps_the_previous_bundle(example_model, tmp_path):
+@pytest.mark.slow   # twenty builds, each killed at a different point (~35-70 s); make test kills at every fourth
+@pytest.mark.parametrize("stride", [pytest.param(1, marks=pytest.mark.full), 4])
+def test_sigkill_at_twenty_points_keeps_the_previous_bundle(example_model, tmp_path, stride):
     out = tmp_path / "out"
     first = subprocess.run([sys.executable, "-m", "aot.cli", "build", str(example_model), "-o", str(out), *BUILD],
                            capture_output=True, text=True)
@@ -79,13 +80,14 @@ def test_sigkill_at_twenty_points_keeps_the_previous_bundle(example_model, tmp_p
     points = [(0, d) for d in START_DELAYS] + [(n, d) for n in range(1, lines + 1) for d in DELAYS]
     assert len(points) >= 20, points
     reached = set()
-    for line, delay in points:
+    for line, delay in points[::stride]:
         seen = _kill_after(example_model, out, line, delay)
         reached.add(seen[-1].split()[0] if seen else "start")
         assert _visible(out) == ["build", "bundle"], (line, delay, _visible(out))
         mf.read(bundle).validate(bundle)                  # every module matches its sha256
         assert _answers(bundle, inputs) == good, (line, delay)
-    assert {"plan", "import", "outline", "compile"} <= reached, reached
+    assert {"plan", "import", "outline", "compile"} <= reached or stride > 1, reached
+    assert len(reached) >= 3, reached
     again = subprocess.run([sys.executable, "-m", "aot.cli", "build", str(example_model), "-o", str(out), *BUILD],
                            capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
@@ -93,7 +95,7 @@ def test_sigkill_at_twenty_points_keeps_the_previous_bundle(example_model, tmp_p
     assert not list(out.glob(".bundle.staging-*"))        # the killed builds' leftovers are cleaned up
 
 
-@pytest.mark.parametrize("n", [2, 5, 8])
+@pytest.mark.parametrize("n", [2, 5, pytest.param(8, marks=pytest.mark.full)])
 def test_concurrent_builds_into_one_folder_leave_one_valid_bundle(example_model, tmp_path, n):
     out = tmp_path / "out"
 

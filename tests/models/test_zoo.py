@@ -22,9 +22,11 @@ CORPUS = [m.name for m in zoo.MODELS]
 SLOW_MODELS = {"ppocr-det", "ppocr-rec"}   # their builds take over 20 s on two cores
 
 
-def by_model(names) -> list:
-    """``names`` as parameters, the slow models marked so."""
-    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_MODELS else n for n in names]
+def by_model(names, full: frozenset[str] = frozenset()) -> list:
+    """``names`` as parameters, the slow models marked so, and those in ``full`` left to
+    `make test-all` (each family keeps one golden test in `make test`)."""
+    return [pytest.param(n, marks=[pytest.mark.slow, *([pytest.mark.full] if n in full else [])])
+            if n in SLOW_MODELS | full else n for n in names]
 
 # (rtol, atol) where a model needs more than fp32's 1e-4 / 1e-5, and why.
 TOLERANCE = {
@@ -118,14 +120,17 @@ def targets(result) -> list[str]:
     return [r.target.backend for r in result.bundle.manifest.regions]
 
 
-@pytest.mark.parametrize("name", by_model(CORPUS))
+# PP-OCR's family keeps its classifier's lavapipe test (below) in `make test`; its three host
+# builds (90 s together) are the sweep's.
+@pytest.mark.parametrize("name", by_model(CORPUS, full=frozenset({"ppocr-cls", "ppocr-det", "ppocr-rec"})))
 def test_host_bundle_matches_onnxruntime(name, corpus_bundle):
     result = corpus_bundle(name, "none")
     assert set(targets(result)) == {"llvm-cpu"}
     golden_model(name, result)
 
 
-@pytest.mark.parametrize("name", by_model(sorted(LAVAPIPE)))
+# PP-OCR's detector and recogniser on lavapipe (150 s together) are the sweep's too.
+@pytest.mark.parametrize("name", by_model(sorted(LAVAPIPE), full=frozenset({"ppocr-det", "ppocr-rec"})))
 def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle):
     result = corpus_bundle(name, "vulkan", **LAVAPIPE[name])
     assert "vulkan-spirv" in targets(result)

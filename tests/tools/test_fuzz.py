@@ -31,14 +31,15 @@ def test_every_mutation_changes_the_model(name):
     assert changed >= 5
 
 
-@pytest.mark.device  # 100 builds with IREE in child processes, a fifth of them on lavapipe
-@pytest.mark.slow    # ~30 s; `make fuzz` runs 1,000
-def test_a_seeded_run_of_100_mutants_has_no_crash_and_no_untyped_error(tmp_path):
-    summary = fuzz.run(100, seed=2026, out=tmp_path)
+@pytest.mark.device  # builds with IREE in child processes, a fifth of them on lavapipe
+@pytest.mark.slow    # 50 mutants ~30 s in make test, 100 in make test-all; `make fuzz` runs 1,000
+@pytest.mark.parametrize("count", [50, pytest.param(100, marks=pytest.mark.full)])
+def test_a_seeded_run_of_mutants_has_no_crash_and_no_untyped_error(tmp_path, count):
+    summary = fuzz.run(count, seed=2026, out=tmp_path)
     print("\n" + fuzz.text(summary))
     assert summary["failures"] == [], fuzz.text(summary)
     outcomes = summary["outcomes"]
-    assert sum(outcomes.values()) == 100
-    assert outcomes["typed error"] >= 30 and outcomes["built, matches onnxruntime"] >= 10
+    assert sum(outcomes.values()) == count
+    assert outcomes["typed error"] >= 0.3 * count and outcomes["built, matches onnxruntime"] >= 0.1 * count
     assert len(summary["mutations"]) >= 9            # every kind of damage was tried
     assert (tmp_path / "summary.json").is_file()

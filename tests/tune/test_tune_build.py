@@ -69,6 +69,7 @@ def test_the_report_shows_every_candidate_and_the_host_runtime(tuned):
     assert all(c.name in text for c in result.bundle.record.regions[0].tuning.candidates)
 
 
+@pytest.mark.full   # 45 s; the tuner's device handling is the same for the host regions tuned above
 def test_vulkan_regions_are_tuned_on_the_vulkan_device(example_model, tmp_path):
     from conftest import _require_vulkan
 
