@@ -105,6 +105,10 @@ def _written_out(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypePro
     body's own opset, since it inlines only bodies of the caller's version; the version converter
     then brings the nodes to the model's opset (a body defined at 13 in an opset-17 model)."""
     body = _body(node, opset, types)
+    missing = [i for i in node.input if i and i not in types]
+    if missing:
+        raise ExpansionError(f"node {node.name!r} ({node.op_type}): no type known for input(s) "
+                             f"{', '.join(map(repr, missing))}")
     body_opset = next(o.version for o in body.opset_import if o.domain in ("", "ai.onnx"))
     body.name, body.domain = node.op_type, _DOMAIN
     call = onnx.NodeProto()
@@ -134,7 +138,11 @@ def _written_out(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypePro
     del inlined.opset_import[:]
     inlined.opset_import.extend(kept)
     if body_opset != opset:
-        inlined = version_converter.convert_version(inlined, opset)
+        try:
+            inlined = version_converter.convert_version(inlined, opset)
+        except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError and friends
+            raise ExpansionError(f"node {node.name!r} ({node.op_type}): its opset-{body_opset} body does not "
+                                 f"convert to opset {opset}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     return _scoped(list(inlined.graph.node), node)
 
 
