@@ -104,11 +104,11 @@ def _written_out(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypePro
     body in (fresh value names, the node's attributes substituted) in a one-node model at the
     body's own opset, since it inlines only bodies of the caller's version; the version converter
     then brings the nodes to the model's opset (a body defined at 13 in an opset-17 model)."""
-    body = _body(node, opset, types)
     missing = [i for i in node.input if i and i not in types]
-    if missing:
+    if missing:   # context-dependent bodies are built from the input types; the call needs them too
         raise ExpansionError(f"node {node.name!r} ({node.op_type}): no type known for input(s) "
-                             f"{', '.join(map(repr, missing))}")
+                             f"{', '.join(map(repr, missing))}, which its function body needs")
+    body = _body(node, opset, types)
     body_opset = next(o.version for o in body.opset_import if o.domain in ("", "ai.onnx"))
     body.name, body.domain = node.op_type, _DOMAIN
     call = onnx.NodeProto()
@@ -176,10 +176,6 @@ def _body(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypeProto]) ->
     body = onnx.FunctionProto()
     if schema.has_context_dependent_function:
         version = max(v for v in schema.context_dependent_function_opset_versions if v <= opset)
-        missing = [i for i in node.input if i and i not in types]
-        if missing:
-            raise ExpansionError(f"node {node.name!r} ({node.op_type}): no type known for input(s) "
-                                 f"{', '.join(map(repr, missing))}, which its function body needs")
         # An omitted optional input is passed as an empty TypeProto, as onnx's own inliner does.
         blob = schema.get_context_dependent_function_with_opset_version(
             version, node.SerializeToString(),
