@@ -34,9 +34,9 @@ test-fast: setup
 	$(PY) -m pytest -m "not device and not network and not slow"
 
 # The exhaustive sweeps whose seeded subsets `make test` runs, after it (2-core machine): the tests
-# marked `full` (~6 min: PP-OCR's host builds and lavapipe runs, 20 kill points, 100 fuzz mutants,
-# Vulkan tuning), fuzz 1,000 mutants (~5 min; make test runs 50), every ONNX node test case on
-# llvm-cpu and Vulkan (~25 min; make test runs 113 cases), and the 10,000-request soak (~75 s;
+# marked `full` (~8 min: PP-OCR's host, lavapipe and CUDA builds, 20 kill points, 100 fuzz mutants,
+# Vulkan tuning, aot tune), fuzz 1,000 mutants (~5 min; make test runs 50), every ONNX node test case on
+# llvm-cpu and Vulkan (~25 min; make test runs 96 cases), and the 10,000-request soak (~75 s;
 # make test runs 1,000).
 test-all: test test-full fuzz conformance soak
 

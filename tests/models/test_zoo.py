@@ -138,7 +138,9 @@ def test_partitioned_bundle_on_lavapipe_matches_onnxruntime(name, corpus_bundle)
     golden_model(name, result, isolated=True)
 
 
-@pytest.mark.parametrize("name", CORPUS)
+# The CUDA compile check of PP-OCR's detector and recogniser (30 s) is the sweep's; MiniLM's
+# partitioned CUDA build below stays in `make test`.
+@pytest.mark.parametrize("name", by_model(CORPUS, full=frozenset({"ppocr-det", "ppocr-rec"})))
 def test_cuda_bundle_compiles_without_a_gpu(name, corpus_bundle):
     # CI has no GPU: this checks the CUDA path compiles (scripts/gpu_check.py runs it on one).
     result = corpus_bundle(name, "cuda", host=Target.host("x86-64-v3"))
@@ -206,6 +208,7 @@ def test_ocr_classifier_tells_upright_from_upside_down(corpus_bundle):
     assert flipped.argmax() == 1 and flipped.max() > 0.9   # label "180"
 
 
+@pytest.mark.full   # 47 s, nearly all of it the detector's build (its other tests are the sweep's too)
 def test_ocr_detector_marks_each_text_line_and_not_the_margins(corpus_bundle):
     result = corpus_bundle("ppocr-det", "none")
     page = samples.ppocr_page((1, 3, 320, 320))

@@ -82,6 +82,7 @@ def test_vulkan_regions_are_tuned_on_the_vulkan_device(example_model, tmp_path):
     golden(result.bundle.path, example_model)
 
 
+@pytest.mark.full   # 28 s; the tuned builds above go through the same search
 def test_aot_tune_tunes_an_existing_build(example_model, tmp_path):
     out = tmp_path / "later"
     build(example_model, out, BuildOptions(accel=None))
