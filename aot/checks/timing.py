@@ -63,8 +63,9 @@ def interleaved(contenders: Mapping[str, Call] | Sequence[tuple[str, Call]], sch
     if len({name for name, _ in pairs}) != len(pairs):
         raise ValueError(f"contender names repeat: {[name for name, _ in pairs]}")
     times: dict[str, list[float]] = {name: [] for name, _ in pairs}
+    turns = _turns(pairs, schedule.order)   # computed once: nothing between the timed calls but the calls
     for i in range(schedule.warmup + schedule.iterations):
-        for name, call in _turn(pairs, i, schedule.order):
+        for name, call in turns[i % len(turns)]:
             if schedule.idle_s:
                 sleep(schedule.idle_s)
             _settle(call, schedule, clock)
@@ -109,14 +110,12 @@ def medians_ms(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
     return {name: median_ms(samples) for name, samples in times.items() if samples}
 
 
-def _turn(pairs: list[tuple[str, Call]], i: int, order: Order) -> Sequence[tuple[str, Call]]:
-    if order is Order.PERMUTE:
-        # n! orders are cheap for the handful of contenders a benchmark has; past 6, rotate.
-        if len(pairs) <= 6:
-            orders = list(itertools.permutations(pairs))
-            return orders[i % len(orders)]
-    k = i % len(pairs)
-    return pairs[k:] + pairs[:k]
+def _turns(pairs: list[tuple[str, Call]], order: Order) -> list[list[tuple[str, Call]]]:
+    """The orders turn i takes in turn: all n! of them (past 6 contenders, rotations instead), or
+    the n rotations."""
+    if order is Order.PERMUTE and len(pairs) <= 6:
+        return [list(p) for p in itertools.permutations(pairs)]
+    return [pairs[k:] + pairs[:k] for k in range(len(pairs))]
 
 
 def _settle(call: Call, schedule: Schedule, clock: Callable[[], float]) -> None:

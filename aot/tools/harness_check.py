@@ -13,6 +13,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,11 +56,7 @@ def check(bundle: Path, iterations: int = 30, warmup: int = 3) -> HarnessCheck:
         inputs = reference.random_inputs(m.inputs, seed=0)
         np.savez(data, **inputs)  # type: ignore[arg-type]  # the stub reads **arrays as allow_pickle
         with runtime.load(where) as session:
-            ort_inputs = {**inputs, **reference.constant_inputs(m)}
-            ort, names = reference.session(model), [o.name for o in m.outputs]
-            times = timing.interleaved([(BUNDLE, lambda: session.run(inputs)),
-                                        (ORT, lambda: ort.run(names, ort_inputs))],
-                                       timing.FAIR.with_counts(warmup, iterations))
+            times = timing.interleaved(_contenders(m, session, inputs), timing.FAIR.with_counts(warmup, iterations))
         together = timing.medians_ms(times)
         alone = {name: _alone(name, where, data, iterations, warmup) for name in (BUNDLE, ORT)}
     return HarnessCheck(m.model.name, iterations, tuple(together.items()), tuple(alone.items()))
@@ -77,14 +74,17 @@ def _child(name: str, bundle: str, data: str, iterations: int, warmup: int) -> f
     """One contender alone in this process: the same calls, the same warm-up and settling."""
     m = mf.read(Path(bundle))
     inputs = dict(np.load(data))
-    if name == BUNDLE:
-        with runtime.load(Path(bundle)) as session:
-            times = timing.interleaved([(name, lambda: session.run(inputs))], timing.FAIR.with_counts(warmup, iterations))
-    else:
-        ort, names = reference.session(Path(m.model.source)), [o.name for o in m.outputs]
-        feeds = {**inputs, **reference.constant_inputs(m)}
-        times = timing.interleaved([(name, lambda: ort.run(names, feeds))], timing.FAIR.with_counts(warmup, iterations))
+    with runtime.load(Path(bundle)) as session:   # loaded for both, so each process holds the same
+        alone = [c for c in _contenders(m, session, inputs) if c[0] == name]
+        times = timing.interleaved(alone, timing.FAIR.with_counts(warmup, iterations))
     return timing.median_ms(times[name])
+
+
+def _contenders(m: mf.Manifest, session: Any, inputs: dict[str, np.ndarray]) -> list[tuple[str, timing.Call]]:
+    """The bundle's session and onnxruntime on the model it was built from, on the same inputs."""
+    ort, names = reference.session(Path(m.model.source)), [o.name for o in m.outputs]
+    feeds = {**inputs, **reference.constant_inputs(m)}
+    return [(BUNDLE, lambda: session.run(inputs)), (ORT, lambda: ort.run(names, feeds))]
 
 
 if __name__ == "__main__":
