@@ -24,6 +24,7 @@ from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
+from aot.frontend.legalize import legalize
 from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.source import ONNX_FAMILIES, OpFamily
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
@@ -57,7 +58,7 @@ class ModelSource:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     folded_nodes: int = 0   # nodes replaced by constants (static shape chains, constant branches)
-    expanded: tuple[Expanded, ...] = ()   # ops written out as their function bodies (expand.py)
+    expanded: tuple[Expanded, ...] = ()   # ops rewritten before planning: function bodies (expand.py), legalizations
     constants: tuple[tuple[str, np.ndarray], ...] = ()  # inputs baked in as constants
     index_ops: tuple[IndexOp, ...] = ()  # every op indexing with a tensor, and how it is kept in range
     frontend: str = "onnx"
@@ -101,6 +102,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model = _check_and_infer(model, path)
     model, expanded = _expand(model, path)
     model, folded = _simplify(model, path)
+    model, legalized = _legalize(model, path)
     _require_static_outputs(model)
     # Two IREE 3.13 bugs avoided; for the CPU, three kinds of convolution rewritten.
     cpu_passes = ((decompose_depthwise_convs, decompose_strided_conv_transposes, decompose_short_conv1ds)
@@ -120,7 +122,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     inputs = tuple(_spec(v, path) for v in _real_inputs(model))
     outputs = tuple(_spec(v, path) for v in model.graph.output if v.name not in flags)
     return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs,
-                       folded_nodes=folded, expanded=expanded, constants=baked, index_ops=index_ops)
+                       folded_nodes=folded, expanded=expanded + legalized, constants=baked, index_ops=index_ops)
 
 
 def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
@@ -159,6 +161,15 @@ def _expand(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[
                          hint="re-export the model with these ops decomposed (e.g. an older opset)") from e
     _name_nodes(result.model)
     return _check_and_infer(result.model, path), found
+
+
+def _legalize(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[Expanded, ...]]:
+    """The ops IREE lowers wrongly or not at all, rewritten into ops it lowers (``frontend/legalize/``)."""
+    result, tally = legalize(model)
+    if not result.modified:
+        return model, ()
+    _name_nodes(result.model)
+    return _check_and_infer(result.model, path), tally
 
 
 _MAX_ROUNDS = 8  # each round can expose one more level of nested constant Ifs

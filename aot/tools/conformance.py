@@ -110,7 +110,7 @@ def run_case(case: Case, accel: str) -> CaseResult:
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
-                           "Unsqueeze", "Reshape", "Expand", "Tile", "TopK", "Split", "CumSum", "Trilu",
+                           "Unsqueeze", "Reshape", "Expand", "Tile", "TopK", "Split", "CumSum", "CumProd", "Trilu",
                            "CenterCropPad", "OneHot", "Upsample")},
     "Pad": (1, 2, 3), "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3), "ConstantOfShape": (0,),
     "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "NonMaxSuppression": (2, 3, 4),
@@ -143,7 +143,9 @@ def _constants_from_data(case: Case, sets: DataSets) -> tuple[tuple[str, np.ndar
         return ()
     baked = []
     for i, name in enumerate(_input_names(case)):
-        values = [d[0][i] if i < len(d[0]) else None for d in sets]
+        # A scalar input's data may be a numpy scalar rather than a 0-d array.
+        values = [np.asarray(d[0][i]) if i < len(d[0]) and isinstance(d[0][i], np.generic)
+                  else d[0][i] if i < len(d[0]) else None for d in sets]
         first = values[0]
         if not isinstance(first, np.ndarray) or first.dtype == object:
             continue
