@@ -5,11 +5,12 @@ the command line imports this module, and only it imports ``aot.tools`` (tests/t
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from aot import cli_args as args_
-from aot.errors import AotError
+from aot.errors import AotError, UsageError
 from aot.runtime.target import Target
 
 
@@ -98,6 +99,8 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     cf.add_argument("--workers", type=args_.count, default=2)
     cf.add_argument("-o", "--output", help="results JSON (default: docs/conformance-TARGET.json)")
     cf.add_argument("--markdown", default="docs/conformance.md", help="summary of every target's results")
+    cf.add_argument("--merge", action="store_true",
+                    help="re-run only the --filter cases and replace them in the existing results JSON")
     cf.set_defaults(func=_cmd_conformance)
 
 
@@ -223,7 +226,13 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
     out = args_.output_file("-o", args.output or f"docs/conformance-{args.target}.json")
     markdown = args_.output_file("--markdown", args.markdown) if args.markdown else None
-    results = conformance.run(args.target, args_.pattern("--filter", args.filter), args.limit, args.workers)
+    pattern = args_.pattern("--filter", args.filter)
+    if args.merge and (pattern is None or not out.is_file()):
+        raise UsageError(f"--merge needs --filter and an earlier full run in {out}",
+                         hint=f"run `aot conformance --target {args.target}` once without --filter first")
+    results = conformance.run(args.target, pattern, args.limit, args.workers)
+    if args.merge:
+        results = conformance.merge(json.loads(out.read_text()), results, args.filter)
     conformance.write(results, out, markdown)
     c = results["counts"]
     print(", ".join(f"{c[k]} {k}" for k in conformance.CATEGORIES) + f" of {results['total']} cases")

@@ -224,6 +224,21 @@ def run(target: str, pattern: str | None = None, limit: int | None = None, worke
                       for r in results]}
 
 
+def merge(previous: dict, fresh: dict, pattern: str) -> dict:
+    """``previous`` (a full run's results) with the cases ``fresh`` re-ran under ``pattern``
+    replaced: how a change to a few op families is measured without re-running all 1,884 cases.
+    ``reruns`` lists the filters re-run since the last full run, oldest first."""
+    if previous.get("target") != fresh["target"]:
+        raise ValueError(f"cannot merge {fresh['target']} results into {previous.get('target')} results")
+    cases = {c["name"]: c for c in previous["cases"]}
+    cases.update({c["name"]: c for c in fresh["cases"]})
+    ordered = [cases[name] for name in sorted(cases)]
+    counts = Counter(c["status"] for c in ordered)
+    earlier = previous.get("reruns", [previous["rerun"]] if "rerun" in previous else [])
+    return {"target": fresh["target"], "total": len(ordered), "counts": {c: counts.get(c, 0) for c in CATEGORIES},
+            "cases": ordered, "reruns": [*earlier, pattern]}
+
+
 def write(results: dict, json_path: Path, markdown_path: Path | None = None) -> None:
     """Write this target's JSON; regenerate the markdown from every target's JSON beside it."""
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,10 @@ def markdown(results: list[dict]) -> str:
         lines.append(f"| {res['target']} | {res['total']} | " + " | ".join(str(c[k]) for k in CATEGORIES)
                      + f" | {100 * c['pass'] / max(res['total'], 1):.1f}% | {100 * c['pass'] / max(importable, 1):.1f}% |")
     for res in results:
+        if res.get("reruns"):
+            lines.append(f"\n{res['target']}: the last full run, then these cases re-run and merged "
+                         "(`aot conformance --filter F --merge`): " + "; ".join(f"`{r}`" for r in res["reruns"]) + ".")
+    for res in results:
         passed = [x for x in res["cases"] if x["status"] == "pass"]
         on_host = sum(1 for x in passed if x.get("detail", "").startswith(ON_HOST))
         if on_host:

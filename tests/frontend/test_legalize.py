@@ -1,0 +1,110 @@
+"""Legalization (aot/frontend/legalize/): the registry rewrites what IREE 3.13 cannot lower into
+standard ops that compute the same values, only where the condition holds, and tallies each
+rewrite for the build record."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from aot.checks.compare import assert_close
+from aot.frontend.legalize import LEGALIZATIONS, legalize
+from aot.frontend.load import load
+
+_DTYPES = {np.dtype(np.float32): T.FLOAT, np.dtype(np.float64): T.DOUBLE, np.dtype(np.int32): T.INT32,
+           np.dtype(np.int64): T.INT64}
+
+
+def _model(node: onnx.NodeProto, inputs: dict[str, np.ndarray], out_shape, out_dtype, consts=(), opset=26):
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, _DTYPES[a.dtype], a.shape)
+                                        for n, a in inputs.items()],
+                          [helper.make_tensor_value_info(node.output[0], out_dtype, out_shape)], list(consts))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def _legalized_matches(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 0.0):
+    """Legalize `model`; its op is gone, tallied once, and the result equals the reference's."""
+    result, tally = legalize(model)
+    op = model.graph.node[0].op_type
+    assert result.changed == 1 and [t.op_type for t in tally] == [op] and tally[0].count == 1
+    assert model.graph.node[0] not in result.model.graph.node
+    onnx.checker.check_model(result.model, full_check=True)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = ReferenceEvaluator(result.model).run(None, feeds)[0]
+    assert np.isfinite(np.asarray(got, np.float64)).all()
+    assert got.dtype == want.dtype
+    assert_close(got, want, rtol=rtol, atol=rtol)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(op=st.sampled_from(["CumSum", "CumProd"]), shape=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+       axis_pick=st.integers(0, 5), negative=st.booleans(), exclusive=st.booleans(), reverse=st.booleans(),
+       dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int64]))
+def test_a_scan_computes_what_the_op_computes(op, shape, axis_pick, negative, exclusive, reverse, dtype):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.integers(-3, 4, shape) if np.dtype(dtype).kind == "i" else rng.uniform(0.5, 1.5, shape)).astype(dtype)
+    axis = axis_pick % len(shape) - (len(shape) if negative else 0)
+    node = helper.make_node(op, ["x", "axis"], ["y"], exclusive=int(exclusive), reverse=int(reverse))
+    model = _model(node, {"x": x}, shape, _DTYPES[x.dtype], [numpy_helper.from_array(np.array(axis, np.int64), "axis")])
+    _legalized_matches(model, {"x": x}, rtol=1e-6 if x.dtype.kind == "f" else 0.0)
+
+
+def test_a_scan_with_a_runtime_axis_is_left_alone():
+    x = np.ones((3, 4), np.float32)
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 4]),
+                                        helper.make_tensor_value_info("axis", T.INT64, [])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [3, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    result, tally = legalize(model)
+    assert result.changed == 0 and result.model is model and tally == () and x.size
+
+
+@pytest.mark.parametrize("a_shape,b_shape,out", [((4,), (2, 4, 3), (2, 3)), ((2, 3, 5, 4), (4,), (2, 3, 5))])
+def test_a_vector_times_a_batch_of_matrices_becomes_a_matrix_product(a_shape, b_shape, out):
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32), "b": rng.standard_normal(b_shape).astype(np.float32)}
+    model = _model(helper.make_node("MatMul", ["a", "b"], ["y"]), feeds, out, T.FLOAT, opset=13)
+    _legalized_matches(model, feeds, rtol=1e-6)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((4,), (4, 3)), ((2, 4), (4,)), ((2, 2, 4), (2, 4, 3)), ((4,), (4,))])
+def test_products_iree_lowers_are_left_to_it(a_shape, b_shape):
+    feeds = {"a": np.ones(a_shape, np.float32), "b": np.ones(b_shape, np.float32)}
+    out = np.matmul(feeds["a"], feeds["b"]).shape
+    model = _model(helper.make_node("MatMul", ["a", "b"], ["y"]), feeds, out, T.FLOAT, opset=13)
+    assert legalize(model)[0].changed == 0
+
+
+@pytest.mark.parametrize("mode,rewritten", [("CRD", True), ("DCR", False)])
+def test_space_to_depth_in_crd_order_is_written_out(mode, rewritten):
+    x = np.arange(2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+    node = helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, mode=mode)
+    model = _model(node, {"x": x}, (2, 12, 2, 3), T.FLOAT, opset=28)
+    if rewritten:
+        _legalized_matches(model, {"x": x})
+    else:
+        assert legalize(model)[0].changed == 0
+
+
+def test_every_legalization_says_why():
+    assert LEGALIZATIONS and all(e.reason.startswith("IREE 3.13") for e in LEGALIZATIONS)
+
+
+def test_load_records_each_legalization_with_its_reason(tmp_path):
+    x = np.ones((2, 5), np.float32)
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"])
+    model = _model(node, {"x": x}, (2, 5), T.FLOAT, [numpy_helper.from_array(np.array(1, np.int64), "axis")], opset=17)
+    onnx.save(model, tmp_path / "m.onnx")
+    source = load(tmp_path / "m.onnx")
+    assert [(e.op_type, e.count) for e in source.expanded] == [("CumSum", 1)]
+    assert "scan" in source.expanded[0].reason
+    assert "CumSum" not in {n.op_type for n in source.model.graph.node}
