@@ -25,6 +25,7 @@ from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
 from aot.frontend.legalize import legalize
+from aot.frontend.legalize.unlowerable import unlowerable_nodes
 from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.source import ONNX_FAMILIES, OpFamily
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
@@ -166,6 +167,12 @@ def _expand(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[
 def _legalize(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[Expanded, ...]]:
     """The ops IREE lowers wrongly or not at all, rewritten into ops it lowers (``frontend/legalize/``)."""
     result, tally = legalize(model)
+    refused = unlowerable_nodes(result.model)
+    if refused:
+        node, why = refused[0]
+        also = f" (and {len(refused) - 1} more such node(s))" if len(refused) > 1 else ""
+        raise ModelError(f"{str(path)!r}: node {node.name!r} ({node.op_type}): no target can compile {node.op_type}; "
+                         f"{why}{also}", hint=f"replace {node.op_type} before export, or run that part outside the model")
     if not result.modified:
         return model, ()
     _name_nodes(result.model)

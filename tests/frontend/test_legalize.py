@@ -108,3 +108,43 @@ def test_load_records_each_legalization_with_its_reason(tmp_path):
     assert [(e.op_type, e.count) for e in source.expanded] == [("CumSum", 1)]
     assert "scan" in source.expanded[0].reason
     assert "CumSum" not in {n.op_type for n in source.model.graph.node}
+
+
+@pytest.mark.parametrize("node,rewritten", [
+    (helper.make_node("Clip", ["x"], ["y"]), True),
+    (helper.make_node("Clip", ["x", "lo"], ["y"]), False),
+    (helper.make_node("ReduceSum", ["x"], ["y"], noop_with_empty_axes=1), True),
+    (helper.make_node("ReduceSum", ["x", "none"], ["y"], noop_with_empty_axes=1), True),
+    (helper.make_node("ReduceSum", ["x"], ["y"], noop_with_empty_axes=0, keepdims=1), False),
+])
+def test_nodes_that_compute_nothing_become_identities(node, rewritten):
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    consts = [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"), numpy_helper.from_array(np.zeros(0, np.int64), "none")]
+    out = (1, 1) if node.op_type == "ReduceSum" and not rewritten else (2, 3)
+    model = _model(node, {"x": x}, out, T.FLOAT, [c for c in consts if c.name in node.input], opset=18)
+    if rewritten:
+        _legalized_matches(model, {"x": x})
+        assert [n.op_type for n in legalize(model)[0].model.graph.node] == ["Identity"]
+    else:
+        assert legalize(model)[0].changed == 0
+
+
+@pytest.mark.parametrize("op", ["BitCast", "RegexFullMatch"])
+def test_an_op_no_target_compiles_is_refused_at_load_naming_the_node(tmp_path, op):
+    from aot.errors import ModelError
+
+    if op == "BitCast":
+        node = helper.make_node("BitCast", ["x"], ["y"], name="the_cast", to=T.INT32)
+        io = (T.FLOAT, T.INT32, 26)
+    else:
+        node = helper.make_node("RegexFullMatch", ["x"], ["y"], name="the_cast", pattern="a+")
+        io = (T.STRING, T.BOOL, 20)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", io[0], [3])],
+                          [helper.make_tensor_value_info("y", io[1], [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", io[2])])
+    m.ir_version = 11
+    onnx.save(m, tmp_path / "m.onnx")
+    with pytest.raises(ModelError) as e:
+        load(tmp_path / "m.onnx")
+    if op == "BitCast":   # a string input may already be refused for its type; BitCast reaches the table
+        assert "'the_cast'" in e.value.message and "BitCast" in e.value.message and "no target can compile" in e.value.message

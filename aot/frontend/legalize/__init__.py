@@ -15,13 +15,14 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import cumulative, matmul_vector, space_to_depth
+from aot.frontend.legalize import cumulative, matmul_vector, no_op, space_to_depth
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
 LEGALIZATIONS: tuple[Legalization, ...] = (
     *cumulative.LEGALIZATIONS,
     *matmul_vector.LEGALIZATIONS,
+    *no_op.LEGALIZATIONS,
     *space_to_depth.LEGALIZATIONS,
 )
 

@@ -1,0 +1,36 @@
+"""The ops no IREE 3.13 target compiles in any variant, even after function expansion and
+legalization: a model holding one is refused when it is loaded, with a ``ModelError`` naming the
+node, the op and the limitation, instead of a compile error with MLIR in it after partitioning.
+
+An op is listed only when every onnx 1.23 node test holding it fails on llvm-cpu with no lowering
+pattern for it (docs/conformance.md; counts below), so no model that builds today is refused. An
+op with any variant that compiles (Loop, Compress, Unique, ...) is not listed: its failing
+variants still reach the compiler, which names the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+
+_NO_PATTERN = "IREE 3.13's ONNX import has no lowering for it"
+_STRINGS = "IREE compiles numeric tensors only; string processing belongs before or after the model"
+
+# op -> why no target compiles it (and how many node tests, all failing, hold it).
+UNLOWERABLE: Mapping[str, str] = {
+    "LinearAttention": f"{_NO_PATTERN}, and its function body holds ops that have none either (0 of 28 node tests)",
+    "BitCast": f"{_NO_PATTERN} (0 of 10 node tests)",
+    "ImageDecoder": f"{_NO_PATTERN}; decode images before calling the model (0 of 9 node tests)",
+    "StringSplit": _STRINGS, "StringNormalizer": _STRINGS, "StringConcat": _STRINGS, "RegexFullMatch": _STRINGS,
+    "TensorScatter": f"{_NO_PATTERN} (0 of 3 node tests)",
+    "DeformConv": f"{_NO_PATTERN} (0 of 4 node tests)",
+    "RoiAlign": f"{_NO_PATTERN} (0 of 3 node tests)",
+    "MaxUnpool": f"{_NO_PATTERN} (0 of 2 node tests)",
+}
+
+
+def unlowerable_nodes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
+    """The graph's standard-domain nodes of an ``UNLOWERABLE`` op, each with its limitation."""
+    return [(n, UNLOWERABLE[n.op_type]) for n in model.graph.node
+            if n.domain in ("", "ai.onnx") and n.op_type in UNLOWERABLE]
