@@ -28,6 +28,7 @@ from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
 from aot.partition import Plan, validate
+from aot.partition.order import OrderMode
 from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, partition, single_region_plan, suggestions
@@ -57,6 +58,7 @@ class Planned:
     options: PartitionOptions
     cost: CostModel              # loaded once: estimates for every candidate and the plan summary
     record: PartitionRecord      # how the plan was made, as the manifest states it
+    greedy: Plan | None = None   # --order search: the greedy plan the search replaced (--measure times it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +94,10 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
-        searched = None     # a plan file is replayed: nothing is searched
+        searched, greedy = None, None    # a plan file is replayed: nothing is searched
     else:
         partitioned = partition(view, popts)
-        plan, searched = partitioned.plan, partitioned.order_search
+        plan, searched, greedy = partitioned.plan, partitioned.order_search, partitioned.greedy
     segs = segments(view, popts.min_segment_nodes)
     tips = suggestions(view, popts, plan) if suggest and options.plan_file is None else ()
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
@@ -107,7 +109,7 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         tips, cost.source,
         tuple(SegmentRecord(s.index, len(s.nodes), s.keys[0] if s.keys else None, s.keys[-1] if s.keys else None)
               for s in segs), searched)
-    return Planned(source, view, plan, popts, cost, record)
+    return Planned(source, view, plan, popts, cost, record, greedy)
 
 
 def whole_model(planned: Planned) -> Planned:
@@ -198,6 +200,8 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
         if options.tune:
             staged = _tuned(staged, planned, compile_, options, progress)
             clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
+        if _should_measure(staged, options) and planned.greedy is not None:
+            staged = _measured_order(staged, planned, planned.greedy, compile_, ws, progress)
         if _should_measure(staged, options):
             staged = _measured_gate(staged, planned, compile_, ws, progress)
         staged = _with_memory(staged, ws)
@@ -316,6 +320,23 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
 def _should_measure(staged: Staged, options: BuildOptions) -> bool:
     """The measured gate times a partition, unless a plan file pinned what it decided."""
     return options.gate is GateMode.MEASURED and options.plan_file is None and len(staged.plan.regions) > 1
+
+
+def _measured_order(staged: Staged, planned: Planned, greedy: Plan, compile_: _Compiler, ws: Workspace,
+                    progress: Progress) -> Staged:
+    """Time the searched plan against the greedy one it replaced; keep the faster. The lane
+    model chose the searched plan from estimates; this is the same choice on the devices."""
+    searched = planned.record.order_search
+    assert searched is not None
+    other = compile_(greedy, "greedy-order")
+    searched_us, _ = measure.profile(staged.path, staged.manifest, ws.cache)
+    greedy_us, _ = measure.profile(other.path, other.manifest, ws.cache)
+    outcome = searched.measured(greedy_us, searched_us)
+    progress(f"measure  searched order {searched_us:.1f} us vs greedy {greedy_us:.1f} us (medians): "
+             f"kept the {outcome.kept.value} plan")
+    chosen = staged if outcome.kept is OrderMode.SEARCH else other
+    part = dataclasses.replace(chosen.record.partition, order_search=outcome)
+    return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part))
 
 
 def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Workspace,

@@ -96,6 +96,9 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
         lines.append(f"order search (budget {search.budget} per segment): greedy plan {search.greedy_us:.1f} us, "
                      f"searched plan {search.searched_us:.1f} us ({search.fused_bounds} segment bound(s) fused "
                      f"back); kept the {search.kept.value} plan")
+        if search.measured_greedy_us is not None and search.measured_searched_us is not None:
+            lines.append(f"  measured on the devices: greedy {search.measured_greedy_us:.1f} us, searched "
+                         f"{search.measured_searched_us:.1f} us (medians)")
     return lines
 
 

@@ -44,6 +44,7 @@ class Partitioned:
 
     plan: Plan
     order_search: OrderSearch | None
+    greedy: Plan | None = None    # the greedy plan, when the search replaced it (--measure times both)
 
 
 def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
@@ -78,14 +79,16 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
     groups, moved = split_for_overlap(groups, view, cost, lambda split: not moves_of(split))
     reasons = {**{n: lab.reason for n, lab in labels.items() if lab.device == HOST}, **moved}
     plan = plan_from_groups(view, groups, reasons)
-    searched = None
+    searched, greedy = None, None
     if options.order is OrderMode.SEARCH:
+        greedy = plan
         plan, searched = search.search(view, plan, segments(view, options.min_segment_nodes), cost,
                                        options.order_budget, moves_of)
+        greedy = greedy if searched.kept is OrderMode.SEARCH else None
     if options.gate is GateMode.ROOFLINE and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))
     validate(plan, view)
-    return Partitioned(plan, searched)
+    return Partitioned(plan, searched, greedy)
 
 
 def judge(groups: Groups, view: GraphView, table: SupportTable) -> dict[str, str]:

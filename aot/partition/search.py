@@ -23,6 +23,7 @@ Deterministic: seeded and count-bounded.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -69,6 +70,14 @@ class OrderSearch:
     searched_us: float    # of the linked winners
     kept: OrderMode       # SEARCH only when strictly faster and accepted by the partition rules
     fused_bounds: int     # segment bounds whose two regions were fused back into one
+    # --measure: both plans built and timed on the devices (medians, fair harness); the faster kept.
+    measured_greedy_us: float | None = None
+    measured_searched_us: float | None = None
+
+    def measured(self, greedy_us: float, searched_us: float) -> "OrderSearch":
+        """This search with both plans' measured times; SEARCH stays only if measured faster."""
+        kept = OrderMode.SEARCH if self.kept is OrderMode.SEARCH and searched_us < greedy_us else OrderMode.GREEDY
+        return dataclasses.replace(self, measured_greedy_us=greedy_us, measured_searched_us=searched_us, kept=kept)
 
 
 class _Scorer:

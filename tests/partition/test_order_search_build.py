@@ -23,7 +23,7 @@ from conftest import golden
 pytestmark = [pytest.mark.device, pytest.mark.slow]   # compiles four regions, runs them on lavapipe
 
 
-def two_branches(path: Path) -> Path:
+def two_branches(path: Path, size: int = 32) -> Path:
     """in -> x -> h1 (conv, kept on the host) -> j, and x -> h2 -> a (an 11x11 conv) -> j: greedy
     fuses x, h1 and h2, so the accelerator's conv waits for h1; the search issues a beside h1."""
     rng = np.random.default_rng(0)
@@ -35,8 +35,8 @@ def two_branches(path: Path) -> Path:
              helper.make_node("Conv", ["h2.out", "w2"], ["a.out"], name="a", pads=[5, 5, 5, 5]),
              helper.make_node("Add", ["a.out", "h1.out"], ["y"], name="j")]
     graph = helper.make_graph(nodes, "two_branches",
-                              [helper.make_tensor_value_info("in", TensorProto.FLOAT, [1, 64, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32, 32])], [w1, w2])
+                              [helper.make_tensor_value_info("in", TensorProto.FLOAT, [1, 64, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, size, size])], [w1, w2])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
@@ -63,3 +63,20 @@ def test_a_searched_plan_builds_matches_onnxruntime_and_replays_without_searchin
     replayed = api.build(model, tmp_path / "replayed", dataclasses.replace(options, plan_file=bundle / "plan.json"))
     assert Plan.load(replayed.bundle.path / "plan.json").digest() == plan.digest()
     golden(replayed.bundle.path, model)
+
+
+@pytest.mark.full   # builds both plans and the whole model, times all three on lavapipe and the CPU
+def test_measure_times_the_searched_plan_against_greedy_and_keeps_the_faster(tmp_path):
+    model = two_branches(tmp_path / "two_branches.onnx", size=12)   # lavapipe times it many times
+    options = BuildOptions(order=OrderMode.SEARCH, min_compute=1, gate=GateMode.MEASURED,
+                           overrides=Overrides(host_nodes=("x", "h1", "h2")))
+    lines: list[str] = []
+    bundle = api.build(model, tmp_path / "measured", options, progress=lines.append).bundle.path
+    outcome = record.read(bundle).partition.order_search
+    assert outcome is not None
+    greedy_us, searched_us = outcome.measured_greedy_us, outcome.measured_searched_us
+    assert greedy_us is not None and searched_us is not None
+    assert np.isfinite([greedy_us, searched_us]).all() and min(greedy_us, searched_us) > 0
+    assert outcome.kept is (OrderMode.SEARCH if searched_us < greedy_us else OrderMode.GREEDY)
+    assert any(line.startswith("measure  searched order") for line in lines)
+    golden(bundle, model)
