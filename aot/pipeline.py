@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage, weights_entry
 from aot.checks import measure, verify
 from aot.checks.reference import random_inputs
+from aot.errors import UsageError
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
@@ -32,8 +33,10 @@ from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, partition, single_region_plan, suggestions
 from aot.partition.segments import segments
+from aot.partition.splitting import SplitOutcome, replay, split_for_memory
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import CoverageRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp, Verification
+from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp,
+                        Verification)
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
@@ -74,21 +77,58 @@ def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: 
                   cpu_conv_rewrites=options.accel is None)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
-    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest)
+    split = _split(source, options)
+    if split is not None:
+        source = dataclasses.replace(source, model=split.model)
+    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest, split=split)
+
+
+def _split(source: ModelSource, options: BuildOptions) -> SplitOutcome | None:
+    """Operators split to fit ``--memory-limit`` (partition/splitting.py), or a plan file's
+    splits made again; None when there is neither."""
+    if options.plan_file is not None:
+        pinned = Plan.load(options.plan_file).splits
+        return replay(source.model, pinned) if pinned else None
+    if not options.memory_limits:
+        return None
+    limits = dict(options.memory_limits)
+    if "local-sync" in limits:   # the host runs on either CPU driver: one limit for both
+        limits["local-task"] = min(limits.pop("local-sync"), limits.get("local-task", limits["local-sync"]))
+    used = {HOST: options.host.driver, **({ACCEL: options.accel.driver} if options.accel else {})}
+    if unused := sorted(set(limits) - set(used.values())):
+        raise UsageError(f"--memory-limit names {', '.join(unused)}, which this build does not use",
+                         hint=f"its devices' drivers are {', '.join(used.values())}")
+    popts = options.partition_options()
+    table = SupportTable.for_target(popts.accel_target) if popts.accel_target else None
+    return split_for_memory(source.model, table, options.overrides, limits, used)
 
 
 def plan_torch(source: "TorchSource", options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Partition an exported PyTorch module, its graph view read from the exported MLIR."""
     from aot.frontend.torch.view import view_of
 
+    refuse_split(options)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
     return plan_source(source, view_of(source), options, suggest=suggest)
 
 
-def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, suggest: bool = True) -> Planned:
-    """Partition either front end's model: the same policies, gate and record for both."""
+def refuse_split(options: BuildOptions) -> None:
+    """Operator splitting rewrites ONNX nodes: a PyTorch module (ATen ops in MLIR) has none."""
+    if options.memory_limits:
+        raise UsageError("--memory-limit splits operators of an ONNX model; a PyTorch module is exported to "
+                         "MLIR, which aot does not split",
+                         hint="export the module to ONNX (torch.onnx.export) and build the .onnx file, "
+                              "or build without --memory-limit")
+
+
+def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, suggest: bool = True,
+                split: SplitOutcome | None = None) -> Planned:
+    """Partition either front end's model: the same policies, gate and record for both.
+    ``split``: what memory splitting made of the model (``view`` is of the split model)."""
     popts = options.partition_options()
+    if split is not None:
+        popts = dataclasses.replace(popts, node_labels=split.labels)
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
@@ -96,6 +136,8 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     else:
         partitioned = partition(view, popts)
         plan, searched = partitioned.plan, partitioned.order_search
+        if split is not None:
+            plan = dataclasses.replace(plan, splits=split.splits)
     segs = segments(view, popts.min_segment_nodes)
     tips = suggestions(view, popts, plan) if suggest and options.plan_file is None else ()
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
@@ -106,13 +148,15 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         if cov is not None else None,
         tips, cost.source,
         tuple(SegmentRecord(s.index, len(s.nodes), s.keys[0] if s.keys else None, s.keys[-1] if s.keys else None)
-              for s in segs), searched)
+              for s in segs), searched,
+        MemoryRecord(options.memory_limits, plan.splits, tuple((h.node, h.reason) for h in split.hosted))
+        if split is not None else None)
     return Planned(source, view, plan, popts, cost, record)
 
 
 def whole_model(planned: Planned) -> Planned:
     """The same model as one host region (the benchmark's and the measured gate's baseline)."""
-    plan = single_region_plan(planned.view)
+    plan = dataclasses.replace(single_region_plan(planned.view), splits=planned.plan.splits)
     # One host module: no accelerator coverage, gate or suggestions to report.
     record = dataclasses.replace(planned.record, gate=None, coverage=None, suggestions=(), order_search=None)
     return dataclasses.replace(planned, plan=plan, record=record)
