@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage, weights_entry
 from aot.checks import measure, verify
 from aot.checks.reference import random_inputs
-from aot.errors import UsageError
+from aot import memory_limits
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
@@ -33,7 +33,7 @@ from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, partition, single_region_plan, suggestions
 from aot.partition.segments import segments
-from aot.partition.splitting import SplitOutcome, replay, split_for_memory
+from aot.partition.splitting import SplitOutcome
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
 from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp,
                         Verification)
@@ -77,49 +77,20 @@ def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: 
                   cpu_conv_rewrites=options.accel is None)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
-    split = _split(source, options)
+    split = memory_limits.split(source, options)
     if split is not None:
         source = dataclasses.replace(source, model=split.model)
     return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest, split=split)
-
-
-def _split(source: ModelSource, options: BuildOptions) -> SplitOutcome | None:
-    """Operators split to fit ``--memory-limit`` (partition/splitting.py), or a plan file's
-    splits made again; None when there is neither."""
-    if options.plan_file is not None:
-        pinned = Plan.load(options.plan_file).splits
-        return replay(source.model, pinned) if pinned else None
-    if not options.memory_limits:
-        return None
-    limits = dict(options.memory_limits)
-    if "local-sync" in limits:   # the host runs on either CPU driver: one limit for both
-        limits["local-task"] = min(limits.pop("local-sync"), limits.get("local-task", limits["local-sync"]))
-    used = {HOST: options.host.driver, **({ACCEL: options.accel.driver} if options.accel else {})}
-    if unused := sorted(set(limits) - set(used.values())):
-        raise UsageError(f"--memory-limit names {', '.join(unused)}, which this build does not use",
-                         hint=f"its devices' drivers are {', '.join(used.values())}")
-    popts = options.partition_options()
-    table = SupportTable.for_target(popts.accel_target) if popts.accel_target else None
-    return split_for_memory(source.model, table, options.overrides, limits, used)
 
 
 def plan_torch(source: "TorchSource", options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Partition an exported PyTorch module, its graph view read from the exported MLIR."""
     from aot.frontend.torch.view import view_of
 
-    refuse_split(options)
+    memory_limits.refuse_torch(options)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
     return plan_source(source, view_of(source), options, suggest=suggest)
-
-
-def refuse_split(options: BuildOptions) -> None:
-    """Operator splitting rewrites ONNX nodes: a PyTorch module (ATen ops in MLIR) has none."""
-    if options.memory_limits:
-        raise UsageError("--memory-limit splits operators of an ONNX model; a PyTorch module is exported to "
-                         "MLIR, which aot does not split",
-                         hint="export the module to ONNX (torch.onnx.export) and build the .onnx file, "
-                              "or build without --memory-limit")
 
 
 def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, suggest: bool = True,
@@ -246,6 +217,11 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
             staged = _measured_gate(staged, planned, compile_, ws, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
+        if options.memory_limits and staged.record.partition.memory is not None:
+            staged = memory_limits.with_dispatch_check(staged, options, ws.cache)
+            checks = staged.record.partition.memory.dispatches if staged.record.partition.memory else ()
+            clock.done("dispatch", ", ".join(f"{c.region} largest {c.largest} B, {c.over} over" for c in checks)
+                       or "no region on a limited device")
     finally:
         executor.close()
     return staged

@@ -103,8 +103,8 @@ def cuts(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.ndarray])
         found = _matmul(out, ins)
     else:
         return (), f"aot has no rule to split {op}"
-    found = tuple(c for c in found if c.units > 1)
-    return found, "" if found else f"{op} {list(out)}: every axis it could be split along is reduced or of size 1"
+    kept = tuple(c for c in found if c.units > 1)
+    return kept, "" if kept else f"{op} {list(out)}: every axis it could be split along is reduced or of size 1"
 
 
 def _axis(axis: object, rank: int) -> int:
