@@ -65,9 +65,9 @@ def with_dispatch_check(staged: Staged, options: BuildOptions, cache: Path) -> S
         if limit is None:
             continue
         found = region_dispatches(r, (staged.sources / f"{r.name}.mlir").read_bytes(), cache)
-        largest = max(found, key=lambda d: d.bytes, default=Dispatch("-", 0))
+        largest = max(found, key=lambda d: d.bytes, default=Dispatch("-", 0, 0))
         checks.append(DispatchCheck(r.name, m.driver(r), limit, len(found), largest.bytes, largest.name,
-                                    sum(d.bytes > limit for d in found)))
+                                    sum(d.bytes > limit for d in found), max((d.bound for d in found), default=0)))
     memory = dataclasses.replace(record.partition.memory, dispatches=tuple(checks))
     return dataclasses.replace(staged, record=dataclasses.replace(
         record, partition=dataclasses.replace(record.partition, memory=memory)))

@@ -77,9 +77,10 @@ class DispatchCheck:
     driver: str
     limit: int
     dispatches: int
-    largest: int            # bytes bound by the region's largest dispatch
+    largest: int            # bytes the region's largest dispatch loads and stores (its working set)
     largest_name: str
-    over: int               # dispatches binding more than the limit
+    over: int               # dispatches whose working set is over the limit
+    largest_bound: int = 0  # bytes the largest binding set spans (a slice of a buffer binds all of it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +104,10 @@ class MemoryRecord:
         out += [f"  ... {len(self.splits) - most} more split(s)"] if len(self.splits) > most else []
         out += [f"  not split: {node}: {why}" for node, why in self.hosted[:most]]
         for c in self.dispatches:
-            out.append(f"  {c.region} on {c.driver}: {c.dispatches} dispatch(es), largest binds "
-                       f"{size_text(c.largest)} ({c.largest_name}); "
+            out.append(f"  {c.region} on {c.driver}: {c.dispatches} dispatch(es), the largest working set "
+                       f"{size_text(c.largest)} ({c.largest_name}), "
                        + (f"{c.over} over the limit {size_text(c.limit)}" if c.over else
-                          f"all within {size_text(c.limit)}"))
+                          f"all within {size_text(c.limit)}") + f"; bindings span up to {size_text(c.largest_bound)}")
         return out
 
 

@@ -85,7 +85,20 @@ def working_set(node: onnx.NodeProto, tensors: Tensors) -> int | None:
     names = [v for v in dict.fromkeys((*node.input, *node.output)) if v]
     if any(v not in tensors.shapes for v in names):
         return None
-    return sum(tensors.nbytes(v) for v in names)
+    return sum(tensors.nbytes(v) for v in names) + _padding(node, tensors.nbytes(node.input[0]), tensors)
+
+
+def _padding(node: onnx.NodeProto, x_bytes: int, tensors: Tensors) -> int:
+    """The bytes a padded convolution's input grows by: IREE writes the padded input into a buffer
+    of its own, which the convolution's dispatch then reads instead of the input."""
+    pads = next((list(a.ints) for a in node.attribute if a.name == "pads"), None)
+    if node.op_type != "Conv" or not pads or not any(pads):
+        return 0
+    spatial = tensors.shapes[node.input[0]][2:]
+    grown = 1.0
+    for i, d in enumerate(spatial):
+        grown *= (d + pads[i] + pads[i + len(spatial)]) / d
+    return int(x_bytes * grown) - x_bytes
 
 
 def piece_bytes(node: onnx.NodeProto, cut: Cut, units: int, tensors: Tensors) -> int:
@@ -97,7 +110,8 @@ def piece_bytes(node: onnx.NodeProto, cut: Cut, units: int, tensors: Tensors) ->
             continue
         seen.add(name)
         full = tensors.nbytes(name)
-        total += full if follow is None else full // tensors.shapes[name][follow.axis] * units * follow.step
+        part = full if follow is None else full // tensors.shapes[name][follow.axis] * units * follow.step
+        total += part + (_padding(node, part, tensors) if name == node.input[0] else 0)
     out = next(o for o in node.output if o)
     return total + tensors.nbytes(out) // tensors.shapes[out][cut.axis] * units * cut.out_step
 
@@ -136,14 +150,17 @@ def apply(model: onnx.ModelProto, splits: Iterable[Split]) -> tuple[onnx.ModelPr
     names = _Names(out)
     origin: dict[str, str] = {}
     rewritten: list[onnx.NodeProto] = []
+    joined: dict[str, _Joined] = {}
     for node in out.graph.node:
         split = by_node.pop(node.name, None)
         if split is None:
             rewritten.append(node)
             continue
-        added = _rewrite(node, split, tensors, names, out.graph)
+        added = _rewrite(node, split, tensors, names, out.graph, joined)
         origin.update({n.name: node.name for n in added})
         rewritten += added
+    rewritten = _without_unread_concats(rewritten, {o.name for o in out.graph.output})
+    origin = {n: o for n, o in origin.items() if n in {r.name for r in rewritten}}
     if by_node:
         raise PartitionError(f"the plan splits node(s) the model does not have: {sorted(by_node)[:3]}",
                              hint="build the plan's own model, or drop --plan to split anew")
@@ -156,9 +173,30 @@ def apply(model: onnx.ModelProto, splits: Iterable[Split]) -> tuple[onnx.ModelPr
     return out, origin
 
 
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """A split's Concat: its axis and each piece's output with its element range along it."""
+
+    axis: int
+    pieces: tuple[tuple[int, int, str], ...]    # (start, end, piece output)
+
+    def piece(self, axis: int, lo: int, hi: int) -> str | None:
+        return next((p for a, b, p in self.pieces if (a, b) == (lo, hi)), None) if axis == self.axis else None
+
+
+def _without_unread_concats(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """Drop the split Concats nothing reads any more (every consumer took its piece directly)."""
+    read = {i for n in nodes for i in n.input}
+    return [n for n in nodes if not (n.op_type == "Concat" and n.output[0] not in read | outputs
+                                     and n.name.endswith(".concat"))]
+
+
 def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Names",
-             graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """Slices, the k pieces and the Concat that replace ``node``."""
+             graph: onnx.GraphProto, joined: dict[str, _Joined]) -> list[onnx.NodeProto]:
+    """Slices, the k pieces and the Concat that replace ``node``. A slice that is exactly one
+    piece of an earlier split's Concat reads that piece instead: a chain of nodes split alike
+    (conv -> bn -> relu by the same channels) runs piece by piece, and the compiler can fuse each
+    chain of pieces into dispatches that bind only their piece."""
     found, why = cuts(node, tensors.shapes, tensors.consts)
     cut = next((c for c in found if c.axis == split.axis and c.kind == split.kind), None)
     if cut is None or sum(split.pieces) != cut.units or node.op_type != split.op:
@@ -168,6 +206,7 @@ def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Name
     added: list[onnx.NodeProto] = []
     output = next(o for o in node.output if o)
     piece_outputs = []
+    ranges = []
     start = 0
     for j, units in enumerate(split.pieces):
         inputs = []
@@ -176,6 +215,10 @@ def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Name
                 inputs.append(name)
                 continue
             lo, hi = start * follow.step, (start + units) * follow.step
+            direct = joined[name].piece(follow.axis, lo, hi) if name in joined else None
+            if direct is not None:
+                inputs.append(direct)
+                continue
             if name in tensors.consts:   # a weight: slice it now, once
                 sliced = np.take(tensors.consts[name], np.arange(lo, hi), axis=follow.axis)
                 inputs.append(names.value(f"{name}.{node.name}.split{j}"))
@@ -199,7 +242,9 @@ def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Name
                 if a.name == "group":
                     a.i = units
         added.append(piece)
+        ranges.append((start * cut.out_step, (start + units) * cut.out_step, piece_outputs[-1]))
         start += units
+    joined[output] = _Joined(cut.axis, tuple(ranges))
     added.append(helper.make_node("Concat", piece_outputs, [output], name=names.node(f"{node.name}.concat"),
                                   axis=cut.axis))
     return added

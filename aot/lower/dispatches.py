@@ -24,6 +24,8 @@ from aot.runtime.manifest import RegionEntry
 
 _FUNC = re.compile(r"^\s*func\.func @(\S+?)\(")
 _SUBSPAN = re.compile(r"stream\.binding\.subspan .*-> !iree_tensor_ext\.dispatch\.tensor<\w+:tensor<([^>]*)>>")
+_LOAD = re.compile(r"iree_tensor_ext\.dispatch\.tensor\.load .*-> tensor<([^>]*)>\s*$")
+_STORE = re.compile(r"iree_tensor_ext\.dispatch\.tensor\.store .*: tensor<([^>]*)> ->")
 _BITS = {"i1": 8, "i8": 8, "i16": 16, "f16": 16, "bf16": 16, "i32": 32, "f32": 32, "i64": 64, "f64": 64,
          "ui8": 8, "si8": 8, "ui32": 32, "si32": 32, "ui64": 64, "si64": 64, "f8E4M3FN": 8, "f8E5M2": 8}
 TIMEOUT_S = 300
@@ -31,17 +33,20 @@ TIMEOUT_S = 300
 
 @dataclass(frozen=True, slots=True)
 class Dispatch:
-    """One dispatch function of a module and the bytes its bindings span."""
+    """One dispatch function of a module: the bytes it loads and stores (its working set) and
+    the bytes its bindings span (more when it reads a slice of a larger buffer: a binding covers
+    the whole tensor, which is what a device's binding range bounds)."""
 
     name: str
-    bytes: int
+    bytes: int      # loaded + stored
+    bound: int      # the bindings' tensors
 
 
 def region_dispatches(region: RegionEntry, text: bytes, cache: Path) -> tuple[Dispatch, ...]:
     """The dispatches of one compiled region (its MLIR ``text``, compiled as the build did)."""
     path = cache / "dispatches" / f"{region.sha256}.json"
     if path.exists():
-        return tuple(Dispatch(n, b) for n, b in json.loads(path.read_text()))
+        return tuple(Dispatch(*d) for d in json.loads(path.read_text()))
     argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags or None),
             flags.COMPILE_TO_STREAM, "-o", "-"]
     proc = subprocess.run(argv, input=text, capture_output=True, timeout=TIMEOUT_S)
@@ -49,24 +54,26 @@ def region_dispatches(region: RegionEntry, text: bytes, cache: Path) -> tuple[Di
         raise CompileError(f"{region.name} (dispatch sizes)", argv, proc.returncode, proc.stderr.decode(errors="replace"))
     found = parse(proc.stdout.decode(errors="replace"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps([[d.name, d.bytes] for d in found]).encode())   # readers never see half
+    write_atomic(path, json.dumps([[d.name, d.bytes, d.bound] for d in found]).encode())   # readers never see half
     return found
 
 
 def parse(ir: str) -> tuple[Dispatch, ...]:
-    """Each function with bindings in stream-phase IR, and the bytes of its bindings (a binding
-    with a dynamic dimension counts as 0: aot compiles static shapes)."""
+    """Each function with bindings in stream-phase IR (dispatches are whole-tensor loads and
+    stores there, before tiling), with what it loads and stores and what its bindings span (a
+    dynamic dimension counts as 0: aot compiles static shapes)."""
     out: list[Dispatch] = []
-    name, total = None, 0
-    for line in ir.splitlines():
+    name, touched, bound = None, 0, 0
+    for line in [*ir.splitlines(), "func.func @end("]:
         if (m := _FUNC.match(line)) is not None:
-            if name is not None and total:
-                out.append(Dispatch(name, total))
-            name, total = m.group(1), 0
-        elif name is not None and (s := _SUBSPAN.search(line)) is not None:
-            total += tensor_bytes(s.group(1))
-    if name is not None and total:
-        out.append(Dispatch(name, total))
+            if name is not None and bound:
+                out.append(Dispatch(name, touched, bound))
+            name, touched, bound = m.group(1), 0, 0
+        elif name is not None:
+            if (s := _SUBSPAN.search(line)) is not None:
+                bound += tensor_bytes(s.group(1))
+            elif (s := _LOAD.search(line) or _STORE.search(line)) is not None:
+                touched += tensor_bytes(s.group(1))
     return tuple(out)
 
 

@@ -123,7 +123,9 @@ def test_conv_splits_by_output_channels_with_its_weights_and_bias():
                    pads=[1, 1, 1, 1])
     found = cuts(model.graph.node[0], Tensors.of(model).shapes, {})[0]
     assert all(c.inputs[0] is None for c in found)      # input channels are reduced over: never cut
-    split = _split(model, 2300)      # x 1024 + w 864 + b 24 + y 1536 bytes; 3 channels: 2236
+    # x 1024 (1600 padded to 10x10, as IREE pads it) + w 864 + b 24 + y 1536 bytes; 3 channels: 2812
+    split = _split(model, 2900)
+    assert working_set(model.graph.node[0], Tensors.of(model)) == 1600 + 864 + 24 + 1536
     assert isinstance(split, Split) and (split.kind, split.axis, split.pieces) == (SplitAxis.CHANNEL, 1, (3, 3))
     rewritten = _rewritten_matches(model, split, exact=False)
     shapes = {t.name: list(t.dims) for t in rewritten.graph.initializer}
@@ -206,3 +208,18 @@ def test_a_replayed_split_that_does_not_fit_the_model_is_a_partition_error():
         apply(model, [Split("op", "Relu", 0, SplitAxis.BATCH, (6, 5), "vulkan", 1, 2, 1)])
     with pytest.raises(PartitionError):
         apply(model, [Split("nope", "Relu", 0, SplitAxis.BATCH, (5, 5), "vulkan", 1, 2, 1)])
+
+
+def test_a_chain_split_alike_runs_piece_by_piece_with_one_concat_at_its_end():
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="a"), helper.make_node("Sigmoid", ["h"], ["y"], name="b")]
+    model = shape_inference.infer_shapes(onnx_model(nodes, [helper.make_tensor_value_info("x", F32, [10, 100])],
+                                                    [helper.make_tensor_value_info("y", F32, [10, 100])]))
+    tensors = Tensors.of(model)
+    splits = [choose(n, tensors, "vulkan", 4000) for n in model.graph.node]
+    assert all(isinstance(s, Split) and s.pieces == (5, 5) for s in splits)
+    rewritten, origin = apply(model, splits)   # type: ignore[arg-type]
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert ops.count("Concat") == 1 and ops.count("Slice") == 2 and "a.concat" not in origin
+    x = np.random.default_rng(0).standard_normal((10, 100)).astype(np.float32)
+    want, got = _run(model, {"x": x}), _run(shape_inference.infer_shapes(rewritten, strict_mode=True), {"x": x})
+    assert got.tobytes() == want.tobytes()
