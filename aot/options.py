@@ -277,10 +277,11 @@ class BuildOptions:
         object.__setattr__(self, "order", OrderMode(self.order))
 
     def partition_options(self) -> PartitionOptions:
-        """The partitioner's view of these settings."""
+        """The partitioner's view of these settings (the limits are memory_limits.py's, before it)."""
         return PartitionOptions(self.accel.backend if self.accel else None, self.min_compute, self.overrides,
                                 self.policy, self.select, self.threshold, self.gate, self.cost_params,
-                                self.min_segment_nodes, self.order, self.order_budget)
+                                self.min_segment_nodes, self.order, self.order_budget,
+                                ())   # no labels decided yet: memory splitting adds its own (memory_limits.py)
 
     def tune_settings(self) -> TuneSettings:
         """The tuner's view of these settings."""

@@ -38,7 +38,7 @@ class PartitionOptions:
     order_budget: int                 # --order search: node orders and scored plans per segment
     # Labels decided before partitioning (memory splitting, partition/splitting.py): a split's pieces
     # keep their original's device, a node no split fits goes to the host. Not a user setting.
-    node_labels: tuple[tuple[str, Label], ...] = ()
+    node_labels: tuple[tuple[str, Label], ...]
 
 
 @dataclass(frozen=True, slots=True)
