@@ -223,3 +223,20 @@ def test_a_chain_split_alike_runs_piece_by_piece_with_one_concat_at_its_end():
     x = np.random.default_rng(0).standard_normal((10, 100)).astype(np.float32)
     want, got = _run(model, {"x": x}), _run(shape_inference.infer_shapes(rewritten, strict_mode=True), {"x": x})
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_conv_transpose_splits_output_channels_or_groups(group):
+    model = _model("ConvTranspose", {"x": [1, 4, 5, 5]}, [1, 6, 10, 10], weights=[("w", [4, 6 // group, 2, 2])],
+                   strides=[2, 2], group=group)
+    split = _split(model, 3000)
+    assert isinstance(split, Split) and split.axis == 1
+    assert split.kind is (SplitAxis.CHANNEL if group == 1 else SplitAxis.GROUP)
+    _rewritten_matches(model, split, exact=False)
+
+
+def test_gemm_rows_take_their_rows_of_c():
+    model = _model("Gemm", {"a": [6, 8]}, [6, 4], weights=[("w", [8, 4]), ("c", [6, 4])])
+    split = _split(model, 250)
+    assert isinstance(split, Split) and split.kind is SplitAxis.BATCH
+    _rewritten_matches(model, split, exact=False)

@@ -53,6 +53,10 @@ def test_nodes_over_the_limit_split_and_their_pieces_keep_the_device(tiny):
     assert "bn1.concat" not in names and "relu1.split0" in names   # conv1 -> bn1 -> relu1 -> pool1 piece by piece
     memory = planned.record.memory
     assert memory is not None and memory.splits == planned.plan.splits and memory.hosted == ()
+    from aot import report
+
+    shown = report.plan_summary(planned)
+    assert "memory splits: 6 node(s)" in shown and "conv1 (Conv): 2 x channel axis 1 [8+8]" in shown
     assert memory.limits == (("vulkan", 300 * KIB),)
 
 
