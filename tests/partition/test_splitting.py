@@ -110,3 +110,14 @@ def test_the_cli_says_so_without_a_traceback(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stderr.startswith("ERROR:") and "PyTorch" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_moving_a_region_to_the_host_keeps_the_splits(tiny):
+    from aot.checks.verify import move_to_host
+    from aot.record import RegionCheck
+
+    planned = pipeline.plan_model(tiny, _options(memory_limits=(("vulkan", 300 * KIB),)), suggest=False)
+    accel = next(r for r in planned.plan.regions if r.device == ACCEL)
+    moved = move_to_host(planned.plan, (RegionCheck(accel.name, False, None, "boom"),))
+    assert moved.splits == planned.plan.splits and moved.region(accel.name).device == HOST
+    assert pipeline.whole_model(planned).plan.splits == planned.plan.splits
