@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from aot import pipeline
+from aot import memory_limits, pipeline
 from aot.errors import AotError
 from aot.options import BuildOptions
 from aot.pipeline import BuildResult, Planned, Progress
@@ -40,6 +40,7 @@ def resolve(model: str | Path, options: BuildOptions = BuildOptions()) -> tuple[
 def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Load and partition without compiling (`aot plan`)."""
     if is_torch(model):
+        memory_limits.refuse_torch(options)   # before the export, which takes a while
         return pipeline.plan_torch(export_factory(str(model), options), options, suggest=suggest)
     from aot.buckets.dims import smallest_bucket
 
@@ -51,6 +52,7 @@ def build(model: str | Path, out_dir: str | Path, options: BuildOptions = BuildO
           progress: Progress = lambda s: None) -> BuildResult:
     """Build ``model`` into ``out_dir/bundle`` (`aot build`)."""
     if is_torch(model):
+        memory_limits.refuse_torch(options)
         return pipeline.build_torch(export_factory(str(model), options, progress), Path(out_dir), options, progress)
     from aot import buckets
 
@@ -69,6 +71,7 @@ def build_torch(module: Any, example_args: Mapping[str, Any] | tuple, out_dir: s
     if isinstance(settings.get("accel"), str):
         settings["accel"] = Target.accelerator(settings["accel"])
     options = dataclasses.replace(options, **settings)
+    memory_limits.refuse_torch(options)
     if not isinstance(example_args, Mapping):
         example_args = dict(zip(_forward_arguments(module), example_args))
     source = _timed(lambda: export(module, example_args, path=_python_path(module),

@@ -118,6 +118,30 @@ def _number(kind: type, text: str, flag: str) -> Any:
         raise UsageError(f"bad {flag} {text!r}: not {'an integer' if kind is int else 'a number'}") from None
 
 
+def parse_memory_limits(text: str) -> tuple[tuple[str, int], ...]:
+    """``--memory-limit vulkan=64MiB,local-task=1GiB``: read as ``aot run --device-memory`` is
+    (``runtime.memory.configured_limits`` owns the syntax), each driver one this build can use."""
+    from aot.errors import DeviceError
+    from aot.runtime.memory import configured_limits
+
+    drivers = (*dict.fromkeys(Target.parse(b).driver for b in Target.backends()), "local-sync")
+
+    form = "DRIVER=SIZE[,...], e.g. vulkan=64MiB,local-task=1GiB"
+    try:
+        limits = configured_limits(text)
+    except DeviceError as e:
+        raise UsageError(f"bad --memory-limit {text!r}: {e.message}", hint=f"write it as {form}") from None
+    for driver, size in limits.items():
+        if driver not in drivers:
+            raise UsageError(f"bad --memory-limit {text!r}: no device has the driver {driver!r}",
+                             hint=f"drivers: {', '.join(drivers)}; write it as {form}")
+        if size <= 0:
+            raise UsageError(f"bad --memory-limit {text!r}: {driver}'s limit must be more than 0 bytes")
+    if not limits:
+        raise UsageError(f"bad --memory-limit {text!r}: it names no device", hint=f"write it as {form}")
+    return tuple(limits.items())
+
+
 def _positive(text: str, flag: str) -> int:
     value = _number(int, text, flag)
     if value < 1:
@@ -203,6 +227,11 @@ class BuildOptions:
     order_budget: int = option(64, Flag(
         "--order-budget", "--order search: node orders tried and distinct plans scored per segment", metavar="N",
         parse=lambda t: _positive(t, "--order-budget")))
+    memory_limits: tuple[tuple[str, int], ...] = option((), Flag(
+        "--memory-limit", "split every operator whose working set (inputs + weights + outputs) is over its device's "
+        "limit into the fewest pieces that fit (batch axis first, then channels; never a reduced axis); one that "
+        "cannot be split goes to the host. The splits are pinned in the plan", metavar="DRIVER=SIZE[,...]",
+        parse=parse_memory_limits))
     cost_params: Path | None = option(None, Flag(
         "--cost-params", "device parameters JSON for the cost model (default: aot/partition/devices.json)",
         parse=Path))
@@ -248,10 +277,11 @@ class BuildOptions:
         object.__setattr__(self, "order", OrderMode(self.order))
 
     def partition_options(self) -> PartitionOptions:
-        """The partitioner's view of these settings."""
+        """The partitioner's view of these settings (the limits are memory_limits.py's, before it)."""
         return PartitionOptions(self.accel.backend if self.accel else None, self.min_compute, self.overrides,
                                 self.policy, self.select, self.threshold, self.gate, self.cost_params,
-                                self.min_segment_nodes, self.order, self.order_budget)
+                                self.min_segment_nodes, self.order, self.order_budget,
+                                ())   # no labels decided yet: memory splitting adds its own (memory_limits.py)
 
     def tune_settings(self) -> TuneSettings:
         """The tuner's view of these settings."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage, weights_entry
 from aot.checks import measure, verify
 from aot.checks.reference import random_inputs
+from aot import memory_limits
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
@@ -33,8 +34,10 @@ from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition.partitioner import PartitionOptions, partition, single_region_plan, suggestions
 from aot.partition.segments import segments
+from aot.partition.splitting import SplitOutcome
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import CoverageRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp, Verification
+from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp,
+                        Verification)
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
@@ -76,21 +79,29 @@ def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: 
                   cpu_conv_rewrites=options.accel is None)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
-    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest)
+    split = memory_limits.split(source, options)
+    if split is not None:
+        source = dataclasses.replace(source, model=split.model)
+    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest, split=split)
 
 
 def plan_torch(source: "TorchSource", options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Partition an exported PyTorch module, its graph view read from the exported MLIR."""
     from aot.frontend.torch.view import view_of
 
+    memory_limits.refuse_torch(options)
     if options.name:
         source = dataclasses.replace(source, name=options.name)
     return plan_source(source, view_of(source), options, suggest=suggest)
 
 
-def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, suggest: bool = True) -> Planned:
-    """Partition either front end's model: the same policies, gate and record for both."""
+def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, suggest: bool = True,
+                split: SplitOutcome | None = None) -> Planned:
+    """Partition either front end's model: the same policies, gate and record for both.
+    ``split``: what memory splitting made of the model (``view`` is of the split model)."""
     popts = options.partition_options()
+    if split is not None:
+        popts = dataclasses.replace(popts, node_labels=split.labels)
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
@@ -98,6 +109,9 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     else:
         partitioned = partition(view, popts)
         plan, searched, greedy = partitioned.plan, partitioned.order_search, partitioned.greedy
+        if split is not None:
+            plan = dataclasses.replace(plan, splits=split.splits)
+            greedy = greedy and dataclasses.replace(greedy, splits=split.splits)
     segs = segments(view, popts.min_segment_nodes)
     tips = suggestions(view, popts, plan) if suggest and options.plan_file is None else ()
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
@@ -108,13 +122,15 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         if cov is not None else None,
         tips, cost.source,
         tuple(SegmentRecord(s.index, len(s.nodes), s.keys[0] if s.keys else None, s.keys[-1] if s.keys else None)
-              for s in segs), searched)
+              for s in segs), searched,
+        MemoryRecord(options.memory_limits, plan.splits, tuple((h.node, h.reason) for h in split.hosted))
+        if split is not None else None)
     return Planned(source, view, plan, popts, cost, record, greedy)
 
 
 def whole_model(planned: Planned) -> Planned:
     """The same model as one host region (the benchmark's and the measured gate's baseline)."""
-    plan = single_region_plan(planned.view)
+    plan = dataclasses.replace(single_region_plan(planned.view), splits=planned.plan.splits)
     # One host module: no accelerator coverage, gate or suggestions to report.
     record = dataclasses.replace(planned.record, gate=None, coverage=None, suggestions=(), order_search=None)
     return dataclasses.replace(planned, plan=plan, record=record)
@@ -206,6 +222,11 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
             staged = _measured_gate(staged, planned, compile_, ws, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
+        if options.memory_limits and staged.record.partition.memory is not None:
+            staged = memory_limits.with_dispatch_check(staged, options, ws.cache)
+            checks = staged.record.partition.memory.dispatches if staged.record.partition.memory else ()
+            clock.done("dispatch", ", ".join(f"{c.region} largest {c.largest} B, {c.over} over" for c in checks)
+                       or "no region on a limited device")
     finally:
         executor.close()
     return staged

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aot.errors import BundleError
+from aot.frontend.split import Split
 from aot.partition.plan import Gate
 from aot.partition.search import OrderSearch
 from aot.partition.support import Device
@@ -67,6 +68,50 @@ class SegmentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchCheck:
+    """What the dispatches of one region on a memory-limited device bind, as iree-compile's
+    stream phase lays them out (``lower/dispatches.py``): whether the splits really shrank them,
+    or IREE fused slice -> op -> concat back into one dispatch."""
+
+    region: str
+    driver: str
+    limit: int
+    dispatches: int
+    largest: int            # bytes the region's largest dispatch loads and stores (its working set)
+    largest_name: str
+    over: int               # dispatches whose working set is over the limit
+    largest_bound: int = 0  # bytes the largest binding set spans (a slice of a buffer binds all of it)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """Memory-driven operator splitting (``--memory-limit``): the limits, each split, the nodes no
+    split fits (sent to the host or left whole there), and the compiled dispatches checked."""
+
+    limits: tuple[tuple[str, int], ...] = field(as_map=True)
+    splits: tuple[Split, ...] = field()
+    hosted: tuple[tuple[str, str], ...] = field(as_map=True)    # (node, why)
+    dispatches: tuple[DispatchCheck, ...] = field(default=())
+
+    def lines(self, most: int = 40) -> list[str]:
+        """The report's and `aot plan`'s section."""
+        from aot.runtime.memory import size_text
+
+        limits = ", ".join(f"{d}={size_text(n)}" for d, n in self.limits) or "replayed from the plan"
+        out = [f"memory splits: {len(self.splits)} node(s) split to fit one operator's working set "
+               f"(limits: {limits})"]
+        out += [f"  {s.text()}" for s in self.splits[:most]]
+        out += [f"  ... {len(self.splits) - most} more split(s)"] if len(self.splits) > most else []
+        out += [f"  not split: {node}: {why}" for node, why in self.hosted[:most]]
+        for c in self.dispatches:
+            out.append(f"  {c.region} on {c.driver}: {c.dispatches} dispatch(es), the largest working set "
+                       f"{size_text(c.largest)} ({c.largest_name}), "
+                       + (f"{c.over} over the limit {size_text(c.limit)}" if c.over else
+                          f"all within {size_text(c.limit)}") + f"; bindings span up to {size_text(c.largest_bound)}")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     policy: str
     select: str
@@ -77,6 +122,7 @@ class PartitionRecord:
     cost_model: str
     segments: tuple[SegmentRecord, ...] = field(default=())   # empty in records written before segments
     order_search: OrderSearch | None = field(default=None, omit_default=True)   # --order search only
+    memory: MemoryRecord | None = field(default=None, omit_default=True)         # --memory-limit only
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,7 @@ def text(m: Manifest, rec: BuildRecord | None) -> str:
     else:
         lines += _record_lines(m, rec)
         lines += ["", *segment_lines(rec.partition)] if rec.partition.segments else []
+        lines += ["", *rec.partition.memory.lines()] if rec.partition.memory else []
     crossing = _crossing(m)
     lines.append(f"\nboundary: {len(crossing)} tensor(s) between regions, "
                  f"{_bytes(_nbytes(m, tuple(v for v, _ in crossing)))} per run")
@@ -386,6 +387,7 @@ def plan_summary(planned: "Planned") -> str:
                      f"reads {len(crossing)} boundary tensor(s) = {_bytes(nbytes)}")
     lines.append(f"boundary bytes per run: {_bytes(total)}")
     lines += segment_lines(record)
+    lines += record.memory.lines() if record.memory else []
     est = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, planned.cost, plan.schedule)
     lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
     g = plan.gate

@@ -76,6 +76,8 @@ SPELLINGS = [
     (("--min-segment-nodes", "3"), "min_segment_nodes", 3),
     (("--order", "search"), "order", OrderMode.SEARCH),
     (("--order-budget", "16"), "order_budget", 16),
+    (("--memory-limit", "vulkan=64MiB,local-task=1.5GiB"), "memory_limits", (("vulkan", 64 << 20),
+                                                                            ("local-task", 3 << 29))),
     (("--host-ops", "Softmax, Relu", "--accel-nodes", "conv*"), "overrides",
      Overrides(host_ops=frozenset({"Softmax", "Relu"}), accel_nodes=("conv*",))),
     (("--accel-ops", "Conv", "--host-nodes", "a,b"), "overrides",

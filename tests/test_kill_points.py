@@ -26,17 +26,17 @@ DELAYS = (0.0, 0.05, 0.15, 0.4)         # after a progress line, before the kill
 START_DELAYS = (0.2, 0.6, 1.2)      # after the start, before the first line (loading, importing)
 
 
-def _build(model, out, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "aot.cli", "build", str(model), "-o", str(out), *BUILD],
+def _build(model, out, args=BUILD, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "aot.cli", "build", str(model), "-o", str(out), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, **popen)   # its own group: iree-compile dies with it
 
 
-def _kill_after(model, out, line: int, delay: float) -> list[str]:
+def _kill_after(model, out, line: int, delay: float, args=BUILD) -> list[str]:
     """Start a build from an empty compile cache (so it compiles), SIGKILL its process group
     ``delay`` seconds after its ``line``-th progress line (0: after the start); return the lines."""
     shutil.rmtree(out / "build" / "cache", ignore_errors=True)
-    proc = _build(model, out)
+    proc = _build(model, out, args)
     seen: list[str] = []
     if line == 0:
         time.sleep(delay)
@@ -93,6 +93,30 @@ def test_sigkill_at_twenty_points_keeps_the_previous_bundle(example_model, tmp_p
     assert again.returncode == 0, again.stderr
     assert _answers(bundle, inputs) == good
     assert not list(out.glob(".bundle.staging-*"))        # the killed builds' leftovers are cleaned up
+
+
+SPLIT = (*BUILD, "--memory-limit", "vulkan=300KiB")   # splits six of the example's nodes
+
+
+@pytest.mark.slow   # three builds with --memory-limit (~10 s each)
+def test_sigkill_while_splitting_or_checking_dispatches_keeps_the_previous_bundle(example_model, tmp_path):
+    """Splitting is an in-memory step of the plan stage; the dispatch check (iree-compile's stream
+    phase per region, cached by module) runs after the memory stage: killed there, a build leaves
+    the previous split bundle as it was."""
+    out = tmp_path / "out"
+    first = subprocess.run([sys.executable, "-m", "aot.cli", "build", str(example_model), "-o", str(out), *SPLIT],
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    stages = [s.split()[0] for s in first.stderr.splitlines() if s.strip()]
+    bundle = out / "bundle"
+    inputs = reference.random_inputs(mf.read(bundle).inputs, seed=1)
+    good = _answers(bundle, inputs)
+    for stage in ("plan", "memory"):        # killed while splitting is done / while dispatches are checked
+        seen = _kill_after(example_model, out, stages.index(stage) + 1, 0.05, SPLIT)
+        assert seen and seen[-1].split()[0] == stage
+        assert _visible(out) == ["build", "bundle"]
+        mf.read(bundle).validate(bundle)
+        assert _answers(bundle, inputs) == good, stage
 
 
 @pytest.mark.parametrize("n", [2, 5, pytest.param(8, marks=pytest.mark.full)])

@@ -87,7 +87,8 @@ def move_to_host(plan: Plan, failed: tuple[RegionCheck, ...]) -> Plan:
     for r in plan.regions:
         if r.name in why:
             reasons.update({n: f"verification moved region {r.name} to the host: {why[r.name]}" for n in r.nodes})
-    return Plan(regions, plan.schedule, tuple(sorted(reasons.items())), plan.gate)
+    # replace, not a new Plan: the plan's other decisions (its splits) stay with it
+    return replace(plan, regions=regions, reasons=tuple(sorted(reasons.items())))
 
 
 def _describe(e: Exception) -> str:

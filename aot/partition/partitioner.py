@@ -36,6 +36,9 @@ class PartitionOptions:
     min_segment_nodes: int            # key-node segments with fewer nodes fuse into a neighbour
     order: OrderMode
     order_budget: int                 # --order search: node orders and scored plans per segment
+    # Labels decided before partitioning (memory splitting, partition/splitting.py): a split's pieces
+    # keep their original's device, a node no split fits goes to the host. Not a user setting.
+    node_labels: tuple[tuple[str, Label], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
     """Partition ``view``: the validated plan and what the order search did, if it ran."""
     table = SupportTable.for_target(options.accel_target) if options.accel_target else None
     cost = CostModel.load(options.accel_target, options.cost_params)
-    labels = label(view, table, options.overrides)
+    labels = {**label(view, table, options.overrides), **dict(options.node_labels)}
     merge = policies.get(options.policy)
 
     def moves_of(groups: Groups) -> dict[str, str]:

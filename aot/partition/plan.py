@@ -11,6 +11,7 @@ from typing import Any
 
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
+from aot.frontend.split import Split
 from aot.partition.support import Device
 from aot.runtime import codec
 from aot.runtime.codec import field
@@ -54,7 +55,7 @@ class Gate:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """Every decision a build makes about a model: regions and their devices, the order, the
-    gate, and what searches and measurements chose (pinned flags, the host runtime). A build of
+    gate, the operator splits, and what searches and measurements chose (pinned flags, the host runtime). A build of
     a plan file replays it with no search and no timing."""
 
     regions: tuple[Region, ...]
@@ -62,6 +63,9 @@ class Plan:
     reasons: tuple[tuple[str, str], ...] = field(default=(), key="host_reasons", as_map=True)  # (node, why host)
     gate: Gate | None = None
     host_runtime: HostRuntime | None = field(default=None, omit_default=True)   # chosen by timing whole runs
+    # Nodes split to fit a device's memory limit (--memory-limit): the nodes above name the pieces,
+    # so a build of this plan makes exactly these splits again before it checks the regions.
+    splits: tuple[Split, ...] = field(default=(), omit_default=True)
 
     def region(self, name: str) -> Region:
         return next(r for r in self.regions if r.name == name)
