@@ -30,7 +30,6 @@ stays float64) and round and saturate back for 8/16-bit integers, as the referen
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,6 +53,12 @@ _COPY_ONLY = {TensorProto.INT32, TensorProto.INT64, TensorProto.UINT32, TensorPr
 # MatMul otherwise (short axes, wide antialias filters), which is one op whatever k is.
 _DENSE_RATIO = 4
 _MAX_TAPS = 16
+
+
+def _near(a: float, b: float, rel: float = 1e-9) -> bool:
+    """Two scalars equal up to `rel` (math.isclose's rule and default, which the reference's
+    identity test uses)."""
+    return abs(float(a) - float(b)) <= rel * max(abs(float(a)), abs(float(b)))
 
 
 @dataclass(frozen=True)
@@ -81,15 +86,14 @@ class _Geometry:
     shape: tuple[int, ...]
     out_shape: tuple[int, ...]
     scales: tuple[float, ...]            # per axis (1.0 where not resized)
-    roi: tuple[float, ...] | None        # [starts..., ends...] over all axes, tf_crop_and_resize only
+    roi: np.ndarray | None               # [starts..., ends...] over all axes (tf_crop_and_resize), its dtype
     axes: tuple[int, ...]                # the resized axes, in the node's order
 
     def resized(self, axis: int) -> bool:
         """What the reference leaves out as an identity (scale 1, same length, whole roi)."""
         r = len(self.shape)
-        return not (math.isclose(self.scales[axis], 1.0) and self.out_shape[axis] == self.shape[axis]
-                    and (self.roi is None or (math.isclose(self.roi[axis], 0.0)
-                                              and math.isclose(self.roi[axis + r], 1.0))))
+        return not (_near(self.scales[axis], 1.0) and self.out_shape[axis] == self.shape[axis]
+                    and (self.roi is None or (_near(self.roi[axis], 0.0) and _near(self.roi[axis + r], 1.0))))
 
 
 def _geometry(node: onnx.NodeProto, ctx: Context) -> _Geometry | None:
@@ -109,17 +113,18 @@ def _geometry(node: onnx.NodeProto, ctx: Context) -> _Geometry | None:
     n = len(axes)
     if (scales is None) == (sizes is None) or len(set(axes)) != n or not all(0 <= x < r for x in axes):
         return None
-    if len(scales if scales is not None else sizes) != n or (roi is not None and len(roi) != 2 * n):
+    given = scales if scales is not None else sizes
+    if given is None or len(given) != n or (roi is not None and len(roi) != 2 * n):
         return None
     full_roi = None
-    if roi is not None:
-        full_roi = [0.0] * r + [1.0] * r
+    if roi is not None:   # kept in its own dtype: the reference computes tf_crop_and_resize's offsets in it
+        full_roi = np.array([0] * r + [1] * r, roi.dtype)
         for i, d in enumerate(axes):
-            full_roi[d], full_roi[r + d] = float(roi[i]), float(roi[n + i])
+            full_roi[d], full_roi[r + d] = roi[i], roi[n + i]
     if sizes is not None:
         out = list(shape)
         for i, d in enumerate(axes):
-            out[d] = int(sizes[i])
+            out[d] = int(given[i])
         factors = [out[d] / shape[d] for d in range(r)]
         policy = a.get("keep_aspect_ratio_policy", b"stretch").decode()
         if policy in ("not_larger", "not_smaller"):
@@ -131,13 +136,12 @@ def _geometry(node: onnx.NodeProto, ctx: Context) -> _Geometry | None:
     else:
         factors = [1.0] * r
         for i, d in enumerate(axes):
-            factors[d] = float(scales[i])   # float32 as given, read in float64 like the reference
+            factors[d] = float(given[i])   # float32 as given, read in float64 like the reference
         out = [int(f * s) for f, s in zip(factors, shape)]
     expected = ctx.shape(node.output[0])
     if any(d <= 0 for d in out) or (expected is not None and tuple(expected) != tuple(out)):
         return None
-    return _Geometry(tuple(shape), tuple(out), tuple(factors), None if full_roi is None else tuple(full_roi),
-                     tuple(axes))
+    return _Geometry(tuple(shape), tuple(out), tuple(factors), full_roi, tuple(axes))
 
 
 def _coefficients(node: onnx.NodeProto) -> Callable[[float, float], np.ndarray] | None:
@@ -163,7 +167,7 @@ def _axis(geo: _Geometry, axis: int, coeffs: Callable[[float, float], np.ndarray
     copied here: it builds them inline, for the data it is given)."""
     n_in, n_out, scale = geo.shape[axis], geo.out_shape[axis], geo.scales[axis]
     r = len(geo.shape)
-    roi = None if geo.roi is None else [geo.roi[axis], geo.roi[axis + r]]
+    roi = None if geo.roi is None else geo.roi[[axis, axis + r]]
     x_ori, extrapolated = _ref._compute_x_ori(transform, np.arange(n_out, dtype=np.float64), scale, n_in,
                                               scale * n_in, n_out, roi)
     x_int = np.floor(x_ori).astype(np.int64)
@@ -252,7 +256,7 @@ def _computes_wrong(node: onnx.NodeProto, ctx: Context) -> bool:
     a, geo = attrs(node), _geometry(node, ctx)
     return (geo is not None and a.get("mode", b"nearest") in (b"linear", b"cubic")
             and a.get("coordinate_transformation_mode") == b"align_corners"
-            and any(not math.isclose(geo.scales[d] * geo.shape[d], geo.out_shape[d]) for d in geo.axes)
+            and any(not _near(geo.scales[d] * geo.shape[d], geo.out_shape[d], 1e-6) for d in geo.axes)
             and _plan(node, ctx) is not None)
 
 
