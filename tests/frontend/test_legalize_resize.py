@@ -18,8 +18,9 @@ from aot.checks.compare import compare
 from aot.frontend.legalize import legalize
 
 
-def _model(shape, dtype=np.float32, scales=None, sizes=None, roi=None, opset=19, runtime_scales=False, **attributes):
-    """One Resize with its roi / scales / sizes as initializers (as folding leaves them), shapes inferred."""
+def _model(shape, dtype=np.float32, scales=None, sizes=None, roi=None, opset=19, runtime=(), **attributes):
+    """One Resize with its roi / scales / sizes as initializers (as folding leaves them) or, those named
+    in `runtime`, graph inputs; shapes inferred."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     inputs, inits = [helper.make_tensor_value_info("x", elem, shape)], []
     names = ["x", "", "", ""]
@@ -28,7 +29,7 @@ def _model(shape, dtype=np.float32, scales=None, sizes=None, roi=None, opset=19,
         if value is None:
             continue
         names[slot] = name
-        if runtime_scales:
+        if name in runtime:
             inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(vtype)),
                                                         [len(value)]))
         else:
@@ -53,7 +54,7 @@ def _data(shape, dtype, seed=0):
 _TOL = {np.dtype(np.float16): (2e-3, 1e-3), np.dtype(ml_dtypes.bfloat16): (1.6e-2, 1e-2)}
 
 
-def _rewritten_computes_the_same(model, seed=0):
+def _rewritten_computes_the_same(model, seed=0, **inputs):
     """Legalize `model`; check the rewrite replaced the Resize and matches the reference; return
     (the rewritten model's op types, the tally)."""
     x = model.graph.input[0]
@@ -63,7 +64,7 @@ def _rewritten_computes_the_same(model, seed=0):
     ops = [n.op_type for n in result.model.graph.node]
     assert "Resize" not in ops and result.modified
     assert [(t.op_type, t.count) for t in tally] == [("Resize", 1)]
-    feeds = {"x": _data(shape, dtype, seed)}
+    feeds = {"x": _data(shape, dtype, seed), **{k: np.array(v, np.float32) for k, v in inputs.items()}}
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     got = ReferenceEvaluator(result.model).run(None, feeds)[0]
     assert got.dtype == want.dtype
@@ -148,6 +149,14 @@ def test_align_corners_where_size_times_scale_is_not_whole_is_rewritten(argument
     assert "wrongly" in reason and "align_corners" in reason
 
 
+def test_a_runtime_roi_matters_only_to_tf_crop_and_resize():
+    _rewritten_computes_the_same(_model([1, 1, 2, 2], scales=[2.0, 3.0], roi=[0, 0, 1, 1], axes=[2, 3], mode="nearest",
+                                        runtime=("roi",)), roi=[0, 0, 1, 1])
+    crop = _model([1, 1, 4, 4], sizes=[3, 3], roi=[0.4, 0.6, 0.6, 0.8], axes=[2, 3], mode="linear",
+                  coordinate_transformation_mode="tf_crop_and_resize", runtime=("roi",))
+    assert not legalize(crop)[0].modified
+
+
 def test_nearest_is_gathers_only_and_shrinking_axes_go_first():
     ops, _ = _rewritten_computes_the_same(_model([1, 64, 80, 80], scales=[1, 1, 2, 0.5], mode="nearest",
                                                  coordinate_transformation_mode="pytorch_half_pixel"))
@@ -187,7 +196,7 @@ def test_variants_iree_lowers_right_are_left_to_it(arguments):
 
 
 @pytest.mark.parametrize("arguments", [
-    dict(shape=[1, 1, 2, 2], scales=[2.0, 3.0], axes=[2, 3], mode="nearest", runtime_scales=True),
+    dict(shape=[1, 1, 2, 2], scales=[2.0, 3.0], axes=[2, 3], mode="nearest", runtime=("scales",)),
     dict(shape=[1, 1, 4, 4], dtype=np.int32, scales=[1, 1, 2, 2], mode="linear"),   # float32 cannot hold int32
     dict(shape=[1, 1, 2, 2], scales=[1, 1, 2, 2], mode="nearest", opset=10),         # Resize-10: (x, scales)
 ], ids=["runtime_scales", "linear_int32", "resize_10"])

@@ -1,31 +1,28 @@
-"""Resize as one constant 1-D interpolation per resized axis: a Gather where every output position
+"""Resize as one constant 1-D interpolation per resized axis: a Gather where each output position
 copies one input position (nearest), else a weighted sum of a few gathered taps, or a MatMul with
 the axis's interpolation matrix where the axis is short or the filter wide.
 
-IREE 3.13's own lowering (onnx.Resize -> aten.__interpolate) computes only a part of the op. It
-fails to compile (``failed to legalize operation 'torch.operator'``, or for linear/cubic off rank 4
-``aten.__interpolate``, or ``'arith.mulf' op requires the same type`` for linear/cubic on float16,
-float64 and integers) with: the ``axes`` attribute, keep_aspect_ratio_policy not_larger/not_smaller,
-tf_crop_and_resize, antialias, exclude_outside, cubic_coeff_a other than -0.75, nearest with
-align_corners / pytorch_half_pixel / half_pixel_symmetric, a resized batch or channel axis, rank < 3
-(19 node tests: resize_*_axes_*, *_not_larger, *_not_smaller, tf_crop_and_resize*, *_antialias,
-*_A_n0p5_exclude_outside, upsample_sizes_nearest_floor_align_corners). And it computes a wrong
-result, without an error, for linear and cubic with align_corners where input size x scale is not a
-whole number (downsample_scales_{linear,cubic}_align_corners: max abs diff 0.86 and 1.05; an
-upsample by 1.7 is as wrong): the standard divides by ``scale * in - 1``, IREE by the rounded size.
-Every other variant (18 node tests, and probes of nearest in any dtype on rank 3 to 5 with
-half_pixel or asymmetric, float32 linear/cubic on rank 4) it computes right and keeps.
+IREE 3.13's lowering (onnx.Resize -> aten.__interpolate) covers only part of the op. It fails to
+compile (``failed to legalize operation 'torch.operator'``; ``aten.__interpolate`` for linear/cubic
+off rank 4; ``'arith.mulf' op requires the same type`` for linear/cubic on float16, float64 and
+integers) with: the ``axes`` attribute, keep_aspect_ratio_policy, tf_crop_and_resize, antialias,
+exclude_outside, cubic_coeff_a != -0.75, nearest with align_corners / pytorch_half_pixel /
+half_pixel_symmetric, a resized batch or channel axis, rank < 3 (19 node tests: *_axes_*,
+*_not_larger, *_not_smaller, tf_crop_and_resize*, *_antialias, *_exclude_outside,
+*_nearest_floor_align_corners). It computes wrong numbers, silently, for linear/cubic align_corners
+where in x scale is not whole (downsample_scales_{linear,cubic}_align_corners, max abs diff 0.86 and
+1.05; an upsample by 1.7 too): the standard divides by ``scale * in - 1``, IREE by the rounded size.
+The rest (18 node tests; probes of nearest in any dtype on rank 3 to 5 with half_pixel/asymmetric,
+float32 linear/cubic on rank 4) it computes right, and keeps.
 
-Why the rewrite is exact: Resize is separable, each resized axis a linear map from its input length
-to its output length whose coefficients depend only on static shapes and the constant operands.
-They are computed here in float64 with onnx's reference implementation's own helpers
-(``onnx.reference.ops.op_resize``; onnx is pinned, so these are the numbers the node tests' expected
-outputs come from): the coordinate transform, the nearest/linear/cubic (antialiased) coefficients,
-and, copied from its ``_interpolate_1d_along_axis``, the choice of the k neighbours and
-exclude_outside's renormalisation. Applying the axes one after another is what the reference does.
-tf_crop_and_resize's extrapolated positions (any axis out of the input) are one constant mask and a
-Where. Nearest copies values, exactly, in any dtype; linear and cubic compute in float32 (float64
-stays float64) and round and saturate back for 8/16-bit integers, as the reference does.
+Why the rewrite is exact: Resize is separable; each resized axis is a linear map whose coefficients
+depend only on the static shapes and the constant operands. They are computed in float64 with the
+helpers of onnx's reference (``onnx.reference.ops.op_resize``, pinned with onnx: the numbers the node
+tests' outputs come from): coordinate transform, nearest/linear/cubic (antialiased) coefficients;
+the choice of the k neighbours and exclude_outside's renormalisation are copied from its
+``_interpolate_1d_along_axis``, which computes them inline. tf_crop_and_resize's extrapolated
+positions are a constant mask and a Where. Nearest copies, exactly, in any dtype; linear/cubic
+compute in float32 (float64 stays), rounding half to even and saturating back to 8/16-bit integers.
 """
 
 from __future__ import annotations
@@ -102,11 +99,12 @@ def _geometry(node: onnx.NodeProto, ctx: Context) -> _Geometry | None:
     if shape is None or ctx.opset < 11 or any(d <= 0 for d in shape):
         return None
     r, a = len(shape), attrs(node)
+    crop = a.get("coordinate_transformation_mode") == b"tf_crop_and_resize"   # the only reader of roi
     operands = []
     for i in (1, 2, 3):
-        if operand(node, i) and ctx.const(operand(node, i)) is None:
-            return None   # a runtime roi / scales / sizes: nothing to compute at build time
-        value = ctx.const(operand(node, i))
+        if operand(node, i) and ctx.const(operand(node, i)) is None and (i > 1 or crop):
+            return None   # a runtime scales / sizes (roi): nothing to compute at build time
+        value = ctx.const(operand(node, i)) if i > 1 or crop else None
         operands.append(None if value is None or value.size == 0 else value.reshape(-1))
     roi, scales, sizes = operands
     axes = [int(x) + r if int(x) < 0 else int(x) for x in a.get("axes", range(r))]
@@ -232,8 +230,7 @@ def _plan(node: onnx.NodeProto, ctx: Context) -> _Plan | None:
 
 
 def _iree_lowers(node: onnx.NodeProto, ctx: Context, geo: _Geometry) -> bool:
-    """The variants IREE 3.13's own lowering compiles (see the module docstring); align_corners'
-    wrong results are the other registration's condition."""
+    """The variants IREE 3.13's own lowering compiles (the module docstring says what was measured)."""
     a = attrs(node)
     mode = a.get("mode", b"nearest").decode()
     transform = a.get("coordinate_transformation_mode", b"half_pixel").decode()
@@ -253,8 +250,9 @@ def _fails_to_compile(node: onnx.NodeProto, ctx: Context) -> bool:
 
 
 def _computes_wrong(node: onnx.NodeProto, ctx: Context) -> bool:
+    """Compiles, but align_corners where in x scale is not whole gives wrong numbers."""
     a, geo = attrs(node), _geometry(node, ctx)
-    return (geo is not None and a.get("mode", b"nearest") in (b"linear", b"cubic")
+    return (geo is not None and _iree_lowers(node, ctx, geo) and a.get("mode", b"nearest") in (b"linear", b"cubic")
             and a.get("coordinate_transformation_mode") == b"align_corners"
             and any(not _near(geo.scales[d] * geo.shape[d], geo.out_shape[d], 1e-6) for d in geo.axes)
             and _plan(node, ctx) is not None)
