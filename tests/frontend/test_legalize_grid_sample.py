@@ -1,7 +1,8 @@
 """GridSample legalization (aot/frontend/legalize/grid_sample.py): the variants IREE 3.13 cannot
 lower or lowers wrongly (bicubic, border/reflection padding, 5-D, nearest) are rewritten into
 coordinate arithmetic and one GatherElements, and compute what onnxruntime computes for the op;
-bilinear with zeros padding on 4-D inputs, which IREE lowers, is left alone."""
+bilinear with zeros padding on 4-D inputs, which IREE lowers, is left alone. Also its companion
+AffineGrid (affine_grid.py): with a constant size, a constant base grid and one MatMul."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from onnx import TensorProto as T
 from onnx import helper, shape_inference
 
 from aot.checks.compare import assert_close
-from aot.frontend.legalize import grid_sample, legalize
+from aot.frontend import expand
+from aot.frontend.legalize import affine_grid, grid_sample, legalize
 from aot.frontend.load import load
 from aot.runtime.manifest import IndexStatus
 
@@ -128,17 +130,68 @@ def test_the_gather_is_proved_in_range(tmp_path):
     assert [e.op_type for e in source.expanded] == ["GridSample"]
 
 
+# AffineGrid ---------------------------------------------------------------------------------------
+
+def _affine_model(size, align, size_input=False) -> onnx.ModelProto:
+    r = len(size) - 2
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="ag", align_corners=align)
+    inputs = [helper.make_tensor_value_info("theta", T.FLOAT, [size[0], r, r + 1])]
+    inits = []
+    if size_input:
+        inputs.append(helper.make_tensor_value_info("size", T.INT64, [len(size)]))
+    else:
+        inits.append(helper.make_tensor("size", T.INT64, [len(size)], size))
+    g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("grid", T.FLOAT, [size[0], *size[2:], r])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 10
+    return shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 5, 6], [2, 1, 4, 5, 6], [1, 1, 2, 1, 3]])
+def test_affine_grid_is_a_constant_grid_times_theta(size, align):
+    model = _affine_model(size, align)
+    result, tally = legalize(model)
+    assert [n.op_type for n in result.model.graph.node] == ["Transpose", "MatMul", "Reshape"]
+    assert [(t.op_type, t.count) for t in tally] == [("AffineGrid", 1)]
+    theta = np.random.default_rng(1).standard_normal([size[0], len(size) - 2, len(size) - 1]).astype(np.float32)
+    got, want = _run(result.model, {"theta": theta}), _run(model, {"theta": theta})
+    assert np.isfinite(got).all()
+    if align and 1 in size[2:]:   # onnxruntime puts a length-1 axis at +1; the standard's reference at -1
+        from onnx.reference import ReferenceEvaluator
+        with np.errstate(divide="ignore"):   # its step 2 / (L - 1), unused for L = 1
+            want = ReferenceEvaluator(model).run(None, {"theta": theta})[0]
+    assert_close(got, want, rtol=1e-5, atol=1e-6, what="legalized AffineGrid")
+
+
+def test_affine_grid_is_legalized_not_expanded_when_size_is_constant(tmp_path):
+    path = tmp_path / "ag.onnx"
+    onnx.save(_affine_model([2, 3, 5, 6], 1), str(path))
+    source = load(path)
+    assert [n.op_type for n in source.model.graph.node] == ["Transpose", "MatMul", "Reshape"]
+    assert [e.reason for e in source.expanded] == [affine_grid.LEGALIZATIONS[0].reason]
+
+
+def test_affine_grid_with_a_runtime_size_is_still_expanded():
+    model = _affine_model([2, 3, 5, 6], 0, size_input=True)
+    assert [e.op_type for e in expand.expanded_ops(model)] == ["AffineGrid"]
+    assert expand.expand_functions(model).changed == 1
+
+
 @pytest.mark.device   # compiles with IREE
 def test_failing_node_tests_pass_on_llvm_cpu():
-    """One of each family that failed before: bicubic and 5-D failed to compile, nearest was wrong."""
+    """One of each family that failed before: bicubic and 5-D failed to compile, nearest was wrong;
+    AffineGrid 2-D failed to compile (its size baked by the harness, as a deployment would)."""
     import onnx.backend.test.case.node as node_tests
-    import onnx.backend.test.case.node.gridsample  # noqa: F401 - importing it registers its cases
+    import onnx.backend.test.case.node.affinegrid  # noqa: F401 - importing them registers their cases
+    import onnx.backend.test.case.node.gridsample  # noqa: F401
 
     from aot.tools import conformance
 
-    # Only GridSample's cases: conformance.collect() generates all 1,884 (~15 s on a busy machine).
+    # Only these ops' cases: conformance.collect() generates all 1,884 (~15 s on a busy machine).
     cases = {c.name: c for c in node_tests._NodeTestCases}
     names = ("test_gridsample_bicubic", "test_gridsample_nearest",
-             "test_gridsample_volumetric_bilinear_align_corners_0")
+             "test_gridsample_volumetric_bilinear_align_corners_0", "test_affine_grid_2d_align_corners")
     results = [conformance.run_case(cases[n], "none") for n in names]   # "none": all on the host, llvm-cpu
     assert [(r.name, r.status, r.detail) for r in results] == [(n, "pass", "") for n in names]
