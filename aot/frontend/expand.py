@@ -47,6 +47,13 @@ EXPANDED: dict[str, str] = {
     "AffineGrid": "no IREE lowering for onnx.AffineGrid (4 of 4 failed to compile)",
 }
 
+
+def _legalized_instead(node: onnx.NodeProto, constants: set[str]) -> bool:
+    """A node a legalization writes better than its body: AffineGrid with a constant ``size`` is a
+    constant base grid and one MatMul (``frontend/legalize/affine_grid.py``); its body would build
+    that grid at run time from ~60 small ops."""
+    return node.op_type == "AffineGrid" and len(node.input) > 1 and node.input[1] in constants
+
 _DOMAIN = "aot.expand"   # a body's domain while it is inlined; gone afterwards
 MAX_DEPTH = 4            # bodies within bodies: SCE -> NLL is two
 
@@ -68,23 +75,35 @@ def expand_functions(model: onnx.ModelProto) -> PassResult:
     ``changed`` counts the nodes expanded, at every depth."""
     total = 0
     for _ in range(MAX_DEPTH):
-        targets = {i for i, n in enumerate(model.graph.node) if n.domain in ("", "ai.onnx") and n.op_type in EXPANDED}
+        constants = _constants(model)
+        targets = {i for i, n in enumerate(model.graph.node) if _expands(n, constants)}
         if not targets:
             return PassResult(model, total)
         model = _expand_once(model, targets)
         total += len(targets)
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    left = sorted({n.op_type for n in model.graph.node if n.op_type in EXPANDED})
+    left = sorted({n.op_type for n in model.graph.node if _expands(n, _constants(model))})
     raise ExpansionError(f"function bodies still hold {', '.join(left)} after {MAX_DEPTH} expansions")
 
 
 def expanded_ops(before: onnx.ModelProto) -> tuple[Expanded, ...]:
     """What ``expand_functions`` expands at the top level of ``before``, for the build record."""
     counts: dict[str, int] = {}
+    constants = _constants(before)
     for n in before.graph.node:
-        if n.domain in ("", "ai.onnx") and n.op_type in EXPANDED:
+        if _expands(n, constants):
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
     return tuple(Expanded(op, k, EXPANDED[op]) for op, k in sorted(counts.items()))
+
+
+def _expands(node: onnx.NodeProto, constants: set[str]) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type in EXPANDED and not _legalized_instead(node, constants)
+
+
+def _constants(model: onnx.ModelProto) -> set[str]:
+    """The values known before folding: initializers and Constant nodes' outputs."""
+    g = model.graph
+    return {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
 
 
 def _expand_once(model: onnx.ModelProto, targets: set[int]) -> onnx.ModelProto:

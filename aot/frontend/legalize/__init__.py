@@ -15,7 +15,7 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import cumulative, matmul_vector, no_op, resize, space_to_depth
+from aot.frontend.legalize import affine_grid, cumulative, grid_sample, matmul_vector, no_op, resize, space_to_depth
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -25,6 +25,8 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *no_op.LEGALIZATIONS,
     *space_to_depth.LEGALIZATIONS,
     *resize.LEGALIZATIONS,
+    *grid_sample.LEGALIZATIONS,
+    *affine_grid.LEGALIZATIONS,
 )
 
 _BY_OP: dict[str, tuple[Legalization, ...]] = {}
