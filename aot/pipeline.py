@@ -371,7 +371,10 @@ def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Wo
     gate = Gate(accepted, part_us, host_us, None, detail, measured=True)
     progress(f"measure  {detail}: partition {'kept' if accepted else 'rejected'}")
     chosen, times = (staged, per_region) if accepted else (whole, host_regions)
-    return dataclasses.replace(chosen, record=chosen.record.with_measurements(times, gate))
+    # The record keeps what the order search measured, whichever bundle the gate keeps.
+    part = dataclasses.replace(chosen.record.partition, order_search=staged.record.partition.order_search)
+    return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part)
+                               .with_measurements(times, gate))
 
 
 class _Clock:
