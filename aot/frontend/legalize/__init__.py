@@ -15,7 +15,7 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import cumulative, matmul_vector, space_to_depth
+from aot.frontend.legalize import cumulative, dft, matmul_vector, space_to_depth
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -23,6 +23,7 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *cumulative.LEGALIZATIONS,
     *matmul_vector.LEGALIZATIONS,
     *space_to_depth.LEGALIZATIONS,
+    *dft.LEGALIZATIONS,
 )
 
 _BY_OP: dict[str, tuple[Legalization, ...]] = {}

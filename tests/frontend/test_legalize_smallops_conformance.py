@@ -1,0 +1,29 @@
+"""One or two ONNX node tests per small legalized family (frontend/legalize/: DFT, ...), built and
+run on llvm-cpu through the conformance harness: each failed to compile, or computed wrongly,
+before its rewrite."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from aot.tools import conformance
+
+pytestmark = pytest.mark.device  # compiles with IREE and runs on the CPU
+
+CASES = (
+    "test_dft_irfft",            # opset 20, axis as an input, inverse + onesided
+    "test_dft_axis_opset19",     # opset 19, axis as an attribute
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _cases() -> dict:
+    return {c.name: c for c in conformance.collect("^(" + "|".join(CASES) + ")$")}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_node_case_passes(name):
+    result = conformance.run_case(_cases()[name], "none")
+    assert result.status == "pass", f"{name}: {result.status} {result.detail}"
