@@ -1,4 +1,4 @@
-"""One or two ONNX node tests per small legalized family (frontend/legalize/: DFT, ...), built and
+"""One or two ONNX node tests per small legalized family (frontend/legalize/: DFT, LpPool, ...), built and
 run on llvm-cpu through the conformance harness: each failed to compile, or computed wrongly,
 before its rewrite."""
 
@@ -15,6 +15,8 @@ pytestmark = pytest.mark.device  # compiles with IREE and runs on the CPU
 CASES = (
     "test_dft_irfft",            # opset 20, axis as an input, inverse + onesided
     "test_dft_axis_opset19",     # opset 19, axis as an attribute
+    "test_lppool_2d_dilations",
+    "test_lppool_2d_same_lower",
 )
 
 
