@@ -1,4 +1,4 @@
-"""One or two ONNX node tests per small legalized family (frontend/legalize/: DFT, LpPool, ...), built and
+"""One or two ONNX node tests per small legalized family (frontend/legalize/: DFT, LpPool, MaxPool/AveragePool edges, ...), built and
 run on llvm-cpu through the conformance harness: each failed to compile, or computed wrongly,
 before its rewrite."""
 
@@ -17,6 +17,8 @@ CASES = (
     "test_dft_axis_opset19",     # opset 19, axis as an attribute
     "test_lppool_2d_dilations",
     "test_lppool_2d_same_lower",
+    "test_maxpool_2d_same_upper",
+    "test_averagepool_2d_ceil_last_window_starts_on_pad",
 )
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import cumulative, dft, lp_pool, matmul_vector, space_to_depth
+from aot.frontend.legalize import cumulative, dft, lp_pool, matmul_vector, pool_edges, space_to_depth
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -25,6 +25,7 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *space_to_depth.LEGALIZATIONS,
     *dft.LEGALIZATIONS,
     *lp_pool.LEGALIZATIONS,
+    *pool_edges.LEGALIZATIONS,
 )
 
 _BY_OP: dict[str, tuple[Legalization, ...]] = {}

@@ -7,8 +7,9 @@ and are left alone.
 
 ``LpPool(x) = (sum over the window of |x|^p) ^ (1/p)``, the padding contributing zeros. Written
 out: ``|x|^p`` (``x*x`` for p = 2), zero blocks concatenated for the padding (``auto_pad``
-resolved from the static shapes, ``pooling.window``), an AveragePool without padding (which every
-target lowers, dilations included) times the kernel volume, and the p-th root (Sqrt for p = 2).
+resolved from the static shapes, ``pooling.window``) and the input cut to what the windows read
+(``pooling.fitted``), an AveragePool without padding (which IREE lowers, dilations included) times
+the kernel volume, and the p-th root (Sqrt for p = 2).
 With ``ceil_mode``, a last window reaching past the padding is scaled as the standard's reference
 does (its average over the taps inside, times the volume): one constant factor per position.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 
 from aot.frontend.legalize.base import Context, Emitter, Legalization, Replacement, attrs
-from aot.frontend.legalize.pooling import window, zero_padded
+from aot.frontend.legalize.pooling import fitted, window
 
 
 def _applies(node: onnx.NodeProto, ctx: Context) -> bool:
@@ -41,8 +42,9 @@ def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
     v = node.input[0]
     powered = (e.op("Mul", [v, v]) if p == 2 else e.op("Abs", [v]) if p == 1
                else e.op("Pow", [e.op("Abs", [v]), e.const(np.array(p, dtype), hint="p")]))
-    ends = tuple(a + b for a, b in zip(w.end, w.extra))
-    padded = zero_padded(e, powered, x, w.begin, ends, dtype)
+    padded = fitted(e, powered, x, w, dtype)
+    if padded is None:
+        return None
     mean = e.op("AveragePool", [padded], kernel_shape=list(w.kernel), strides=list(w.strides),
                 dilations=list(w.dilations))
     if any(w.extra):     # the reference's ceil_mode windows: the mean over the taps inside, x volume

@@ -5,8 +5,9 @@ input (the divisor an average that counts the padding uses).
 
 The rules are the standard's (and the reference implementation's the node tests were made with):
 - SAME_UPPER / SAME_LOWER: ``out = ceil(in / stride)``, total padding
-  ``(out - 1) * stride + (kernel - 1) * dilation + 1 - in`` (never negative), the odd one at the
-  end (UPPER) or the start (LOWER); VALID: no padding.
+  ``(out - 1) * stride + kernel - in`` (never negative), the odd one at the end (UPPER) or the
+  start (LOWER); VALID: no padding. SAME with dilations is left alone: onnxruntime's output shape
+  differs from onnx's shape inference there (7 rows, kernel 3, dilation 2, stride 2: 3 and 4).
 - explicit pads with ``ceil_mode``: ``out = ceil((in + pads - window) / stride) + 1``, less one
   when that last window would start past the input and its start padding; the windows reaching
   past the end padding read nothing there (an average does not count those taps).
@@ -38,14 +39,15 @@ class Window:
     def volume(self) -> int:
         return math.prod(self.kernel)
 
-    def taps_inside(self, spatial: tuple[int, ...]) -> np.ndarray:
-        """Per output position, the window's taps inside the input and its (standard) padding."""
+    def taps_inside(self, spatial: tuple[int, ...], count_pads: bool = True) -> np.ndarray:
+        """Per output position, how many of the window's taps fall inside the input and its
+        (standard) padding, or inside the input alone (``count_pads=False``)."""
         counts = np.ones((), np.int64)
         for n, k, s, d, b, e, o in zip(spatial, self.kernel, self.strides, self.dilations, self.begin,
                                        self.end, self.out):
             taps = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d     # in padded coordinates
-            count = np.count_nonzero(taps < b + n + e, axis=1)
-            counts = np.multiply.outer(counts, count)
+            inside = (taps < b + n + e) if count_pads else (taps >= b) & (taps < b + n)
+            counts = np.multiply.outer(counts, np.count_nonzero(inside, axis=1))
         return counts
 
 
@@ -68,8 +70,10 @@ def window(node: onnx.NodeProto, ctx: Context) -> Window | None:
     begin, end, out, extra, trimmed = [], [], [], [], False
     for i, (n, s, span) in enumerate(zip(spatial, strides, spans)):
         if auto_pad in (b"SAME_UPPER", b"SAME_LOWER"):
+            if any(d != 1 for d in dilations):     # onnxruntime and onnx's shape inference disagree
+                return None
             o = -(-n // s)
-            total = max(0, (o - 1) * s + span - n)
+            total = max(0, (o - 1) * s + span - n)      # span == kernel: no dilations
             small, large = total // 2, total - total // 2
             b, e = (small, large) if auto_pad == b"SAME_UPPER" else (large, small)
         elif auto_pad == b"VALID":
@@ -92,19 +96,29 @@ def window(node: onnx.NodeProto, ctx: Context) -> Window | None:
     return Window(kernel, strides, dilations, tuple(begin), tuple(end), tuple(out), tuple(extra), trimmed)
 
 
-def zero_padded(e: Emitter, x: str, shape: tuple[int, ...], begin: tuple[int, ...], end: tuple[int, ...],
-                dtype: np.dtype) -> str:
-    """``x`` with zero blocks before and after each spatial axis: a Concat per padded axis (IREE 3.13
-    fails on a float64 Pad: ``'stream.yield' op used resource not listed in explicit captures``)."""
-    current = list(shape)
-    for axis, (b, after) in enumerate(zip(begin, end), start=2):
-        if not b and not after:
-            continue
+def fitted(e: Emitter, x: str, shape: tuple[int, ...], w: Window, dtype: np.dtype) -> str | None:
+    """``x`` padded with zeros (``w.begin`` before, as much as the last window reads after) and cut
+    to exactly what the windows read, so that an AveragePool without padding reads all of it (IREE
+    3.13 fails to compile an AveragePool whose last rows go unread, e.g. 4 rows, kernel 3, stride 3:
+    ``'linalg.generic' op inferred input/output operand #1 has shape's dimension #0 to be 4, but
+    found 3``). Zero blocks are concatenated, not padded: IREE fails on a float64 Pad (``'stream.yield'
+    op used resource not listed in explicit captures``). None where the windows skip a whole side."""
+    spans = [(k - 1) * d + 1 for k, d in zip(w.kernel, w.dilations)]
+    ends = [(o - 1) * s + span - b - n for o, s, span, b, n in zip(w.out, w.strides, spans, w.begin, shape[2:])]
+    if any(n + end <= 0 for n, end in zip(shape[2:], ends)):
+        return None
+    cut = [n + min(0, end) for n, end in zip(shape[2:], ends)]
+    if cut != list(shape[2:]):
+        axes = list(range(2, len(shape)))
+        x = e.op("Slice", [x, e.ints([0] * len(cut)), e.ints(cut), e.ints(axes)])
+    current = [*shape[:2], *cut]
+    for axis, (b, end) in enumerate(zip(w.begin, ends), start=2):
         parts = []
-        for size in (b, after):
+        for size in (b, max(0, end)):
             block = list(current)
             block[axis] = size
             parts.append(e.const(np.zeros(block, dtype), hint="zeros") if size else "")
-        x = e.op("Concat", [p for p in (parts[0], x, parts[1]) if p], axis=axis)
-        current[axis] += b + after
+        if any(parts):
+            x = e.op("Concat", [p for p in (parts[0], x, parts[1]) if p], axis=axis)
+            current[axis] += b + max(0, end)
     return x
