@@ -15,7 +15,7 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import (cumulative, dft, lp_pool, matmul_vector, mod_float64, pool_edges,
+from aot.frontend.legalize import (col2im, cumulative, dft, lp_pool, matmul_vector, mod_float64, pool_edges,
                                    qlinear_matmul, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
@@ -29,6 +29,7 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *pool_edges.LEGALIZATIONS,
     *qlinear_matmul.LEGALIZATIONS,
     *mod_float64.LEGALIZATIONS,
+    *col2im.LEGALIZATIONS,
 )
 
 _BY_OP: dict[str, tuple[Legalization, ...]] = {}
