@@ -1,7 +1,7 @@
 """One or two ONNX node tests per small legalized family (frontend/legalize/: DFT, LpPool,
-MaxPool/AveragePool edges, QLinearMatMul 3-D, Col2Im,
-RNN/GRU/LSTM directions, ...), built and run on llvm-cpu through the
-conformance harness: each failed to compile, or computed wrongly, before its rewrite."""
+MaxPool/AveragePool edges, QLinearMatMul 3-D, Col2Im, RNN/GRU/LSTM directions, ScatterElements
+max/min), built and run on llvm-cpu through the conformance harness: each failed to compile, or
+computed wrongly, before its rewrite; Mod fmod=0 on float64 is refused with a clear error."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ CASES = (
     "test_col2im_5d",
     "test_gru_bidirectional",
     "test_lstm_reverse",
+    "test_scatter_elements_with_reduction_max",
 )
 
 

@@ -16,7 +16,7 @@ import onnx
 
 from aot.frontend.expand import Expanded
 from aot.frontend.legalize import (col2im, cumulative, dft, lp_pool, matmul_vector, mod_float64, pool_edges,
-                                   qlinear_matmul, rnn_direction, space_to_depth)
+                                   qlinear_matmul, rnn_direction, scatter_minmax, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -31,6 +31,7 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *mod_float64.LEGALIZATIONS,
     *col2im.LEGALIZATIONS,
     *rnn_direction.LEGALIZATIONS,
+    *scatter_minmax.LEGALIZATIONS,
 )
 
 _BY_OP: dict[str, tuple[Legalization, ...]] = {}
