@@ -148,3 +148,21 @@ def test_an_op_no_target_compiles_is_refused_at_load_naming_the_node(tmp_path, o
         load(tmp_path / "m.onnx")
     if op == "BitCast":   # a string input may already be refused for its type; BitCast reaches the table
         assert "'the_cast'" in e.value.message and "BitCast" in e.value.message and "no target can compile" in e.value.message
+
+
+def _mod(dtype, fmod):
+    node = helper.make_node("Mod", ["x", "y"], ["z"], name="remainder", fmod=fmod)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, dtype, (6,)) for n in "xy"],
+                              [helper.make_tensor_value_info("z", dtype, (6,))])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]))
+
+
+@pytest.mark.parametrize("dtype,fmod,refused", [(T.DOUBLE, 0, True), (T.FLOAT, 0, False), (T.FLOAT, 1, False),
+                                                (T.DOUBLE, 1, False), (T.INT64, 0, False), (T.FLOAT16, 0, False)])
+def test_only_the_float64_floored_remainder_is_refused(dtype, fmod, refused):
+    from aot.frontend.legalize.unlowerable import unlowerable_nodes
+
+    found = unlowerable_nodes(_mod(dtype, fmod))
+    assert bool(found) is refused
+    if refused:
+        assert found[0][0].name == "remainder" and "float32" in found[0][1]

@@ -16,7 +16,7 @@ import onnx
 
 from aot.frontend.expand import Expanded
 from aot.frontend.legalize import (affine_grid, col2im, cumulative, dft, grid_sample, lp_pool, matmul_vector,
-                                   mod_float64, no_op, pool_edges, qlinear_matmul, resize, rnn_direction,
+                                   no_op, pool_edges, qlinear_matmul, resize, rnn_direction,
                                    scatter_minmax, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
@@ -33,7 +33,6 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *lp_pool.LEGALIZATIONS,
     *pool_edges.LEGALIZATIONS,
     *qlinear_matmul.LEGALIZATIONS,
-    *mod_float64.LEGALIZATIONS,
     *col2im.LEGALIZATIONS,
     *rnn_direction.LEGALIZATIONS,
     *scatter_minmax.LEGALIZATIONS,
