@@ -187,22 +187,3 @@ def test_affine_grid_with_a_runtime_size_is_still_expanded():
     model = _affine_model([2, 3, 5, 6], 0, size_input=True)
     assert [e.op_type for e in expand.expanded_ops(model)] == ["AffineGrid"]
     assert expand.expand_functions(model).changed == 1
-
-
-@pytest.mark.device   # compiles with IREE
-def test_failing_node_tests_pass_on_llvm_cpu():
-    """One of each family that failed before: bicubic and 5-D failed to compile, nearest was wrong,
-    zeros padding wrong now and then; AffineGrid 2-D failed to compile (its size baked by the
-    harness, as a deployment would)."""
-    import onnx.backend.test.case.node as node_tests
-    import onnx.backend.test.case.node.affinegrid  # noqa: F401 - importing them registers their cases
-    import onnx.backend.test.case.node.gridsample  # noqa: F401
-
-    from aot.tools import conformance
-
-    # Only these ops' cases: conformance.collect() generates all 1,884 (~15 s on a busy machine).
-    cases = {c.name: c for c in node_tests._NodeTestCases}
-    names = ("test_gridsample_bicubic", "test_gridsample_nearest", "test_gridsample_zeros_padding",
-             "test_gridsample_volumetric_bilinear_align_corners_0", "test_affine_grid_2d_align_corners")
-    results = [conformance.run_case(cases[n], "none") for n in names]   # "none": all on the host, llvm-cpu
-    assert [(r.name, r.status, r.detail) for r in results] == [(n, "pass", "") for n in names]

@@ -226,16 +226,3 @@ def test_every_mode_transform_and_option_matches_the_reference():
             _rewritten_computes_the_same(model, seed=n)
         except AssertionError as e:
             raise AssertionError(f"{attributes}, n={n}, scale={scale}: {e}") from e
-
-
-@pytest.mark.device   # compiles with IREE and runs on the CPU, ~20 s (11 of them collecting the node tests)
-def test_node_tests_pass_through_the_harness_on_llvm_cpu():
-    """One of each form: Gathers (failed to compile), a MatMul (a wrong result), the Where."""
-    from aot.tools import conformance
-
-    names = (r"^test_resize_(upsample_sizes_nearest_axes_3_2|downsample_scales_linear_align_corners"
-             r"|tf_crop_and_resize_extrapolation_value)$")
-    cases = conformance.collect(names)
-    assert len(cases) == 3
-    results = [conformance.run_case(case, "none") for case in cases]
-    assert all(r.status == "pass" for r in results), [(r.name, r.status, r.detail) for r in results]
