@@ -1,10 +1,11 @@
 """The Python API: what the CLI does, callable from a program.
 
 ``aot.build("zoo:minilm", "artifacts/minilm")`` works as ``aot build zoo:minilm`` does: a zoo
-model is fetched (pinned, sha256-checked) and its recipe (static shapes, baked inputs) applied,
-with what the caller set winning over the recipe. ``pkg.module:factory`` names a PyTorch module
-(built with ``options.example_inputs``); ``aot.build_torch`` takes the module itself. Either way
-it is exported with iree-turbine here, and the pipeline sees the exported source.
+model (or a ``corpus:NAME`` one, aot/models/corpus.py) is fetched (pinned, sha256-checked) and
+its recipe (static shapes, baked inputs) applied, with what the caller set winning over the
+recipe. ``pkg.module:factory`` names a PyTorch module (built with ``options.example_inputs``);
+``aot.build_torch`` takes the module itself. Either way it is exported with iree-turbine here, and
+the pipeline sees the exported source.
 """
 
 from __future__ import annotations
@@ -24,17 +25,29 @@ if TYPE_CHECKING:
     from aot.frontend.torch.export import TorchSource
 
 ZOO_PREFIX = "zoo:"
+CORPUS_PREFIX = "corpus:"   # the wider corpus (aot/models/corpus.py), its validation set included
 
 
 def resolve(model: str | Path, options: BuildOptions = BuildOptions()) -> tuple[Path, BuildOptions]:
-    """The model file for ``model`` (a path or ``zoo:NAME``) and the options to build it with."""
+    """The model file for ``model`` (a path, ``zoo:NAME`` or ``corpus:NAME``) and the options to
+    build it with."""
     spec = str(model)
-    if not spec.startswith(ZOO_PREFIX):
-        return Path(model), options
-    from aot.models import zoo
+    if spec.startswith(ZOO_PREFIX):
+        from aot.models import corpus, zoo
 
-    entry = zoo.by_name(spec[len(ZOO_PREFIX):])
-    return zoo.fetch(entry), options.with_recipe(entry.input_shapes, entry.constants, entry.name)
+        name = spec[len(ZOO_PREFIX):]
+        if name not in {m.name for m in zoo.MODELS} and name in {m.name for m in corpus.CORPUS}:
+            raise zoo.ZooError(f"unknown zoo model {name!r} (it is a corpus model)", hint=f"use {CORPUS_PREFIX}{name}")
+        entry = zoo.by_name(name)
+        path = zoo.fetch(entry)
+    elif spec.startswith(CORPUS_PREFIX):
+        from aot.models import corpus
+
+        entry = corpus.by_name(spec[len(CORPUS_PREFIX):])
+        path = corpus.fetch(entry)
+    else:
+        return Path(model), options
+    return path, options.with_recipe(entry.input_shapes, entry.constants, entry.name)
 
 
 def plan(model: str | Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:

@@ -50,9 +50,10 @@ def _parser() -> argparse.ArgumentParser:
                                              "partitioned across an accelerator and the host CPU.")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
 
-    b = sub.add_parser("build", help="build MODEL.onnx, zoo:NAME or a PyTorch pkg.module:factory into a bundle")
-    b.add_argument("model", help="an ONNX file, zoo:NAME, or pkg.module:factory / file.py:factory returning "
-                                 "an nn.Module (with --example-input)")
+    b = sub.add_parser("build", help="build MODEL.onnx, zoo:NAME, corpus:NAME or a PyTorch pkg.module:factory "
+                                      "into a bundle")
+    b.add_argument("model", help="an ONNX file, zoo:NAME, corpus:NAME, or pkg.module:factory / file.py:factory "
+                                 "returning an nn.Module (with --example-input)")
     b.add_argument("-o", "--output", required=True, help="artifacts/NAME: the bundle goes to OUTPUT/bundle")
     args_.add_options(b)
     b.set_defaults(func=_cmd_build)

@@ -18,7 +18,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     """The developer-tool subcommands, added to the `aot` command's subparsers."""
     bn = sub.add_parser("bench", help="MODEL: bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime; "
                                       "no MODEL: every zoo model, default vs tuned vs onnxruntime")
-    bn.add_argument("model", nargs="?", help="a model or zoo:NAME (default: the corpus benchmark)")
+    bn.add_argument("model", nargs="?", help="a model, zoo:NAME or corpus:NAME (default: the corpus benchmark)")
     bn.add_argument("-o", "--output", default=None, help="workspace for the benchmark builds")
     bn.add_argument("--iterations", type=args_.count, default=None, help="interleaved turns (default 50; corpus 30)")
     bn.add_argument("--models", help="corpus benchmark: comma-separated zoo names (default: all)")
@@ -57,7 +57,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lsub = ln.add_subparsers(dest="learn_command", required=True)
     lc = lsub.add_parser("collect", help="build and time every distinct candidate plan of each model into a "
                                          "cost database (append-only, resumable)")
-    lc.add_argument("models", nargs="+", help="ONNX models or zoo:NAME")
+    lc.add_argument("models", nargs="+", help="ONNX models, zoo:NAME or corpus:NAME")
     lc.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
     lc.add_argument("--perturbations", type=lambda t: args_.count(t, least=0), default=8,
                     help="seeded random boundary perturbations per model")

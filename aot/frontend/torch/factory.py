@@ -17,8 +17,9 @@ _SPEC = re.compile(r"^(?P<module>[\w.\-/\\]+?):(?P<attr>[A-Za-z_]\w*)$")
 
 
 def is_factory(spec: str) -> bool:
-    """``pkg.module:factory`` or ``file.py:factory`` (and not a zoo name or an existing file)."""
-    return not spec.startswith("zoo:") and not Path(spec).exists() and _SPEC.match(spec) is not None
+    """``pkg.module:factory`` or ``file.py:factory`` (and not a zoo or corpus name, ``corpus:magika``
+    included, or an existing file)."""
+    return not spec.startswith(("zoo:", "corpus:")) and not Path(spec).exists() and _SPEC.match(spec) is not None
 
 
 def load(spec: str) -> Any:

