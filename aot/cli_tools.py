@@ -21,7 +21,8 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     bn.add_argument("model", nargs="?", help="a model, zoo:NAME or corpus:NAME (default: the corpus benchmark)")
     bn.add_argument("-o", "--output", default=None, help="workspace for the benchmark builds")
     bn.add_argument("--iterations", type=args_.count, default=None, help="interleaved turns (default 50; corpus 30)")
-    bn.add_argument("--models", help="corpus benchmark: comma-separated zoo names (default: all)")
+    bn.add_argument("--models", help="corpus benchmark: comma-separated zoo or corpus names (default: all)")
+    bn.add_argument("--fresh", action="store_true", help="corpus benchmark: measure again what an earlier run kept")
     bn.add_argument("--docs", default="docs", help="corpus benchmark: where the JSON and SVG go")
     args_.add_options(bn)
     bn.set_defaults(func=_cmd_bench)
@@ -177,16 +178,14 @@ def _cmd_soak(args: argparse.Namespace) -> int:
 
 def _corpus_bench(args: argparse.Namespace) -> int:
     from aot.partition.support import split_names
-    from aot.models import zoo
     from aot.tools import corpus_bench
 
     names = tuple(split_names(args.models))
-    for name in names:   # an unknown name fails now, not after the other models' builds
-        zoo.by_name(name)
+    corpus_bench.bench_models(names)   # an unknown name fails now, not after the other models' builds
     docs = args_.output_folder("--docs", args.docs)
     out = Path(args.output) if args.output else Path("artifacts") / "bench" / "corpus"
     result = corpus_bench.run(out, names, iterations=args.iterations or 30,
-                              progress=lambda s: print(s, file=sys.stderr))
+                              progress=lambda s: print(s, file=sys.stderr), fresh=args.fresh)
     print(corpus_bench.text(result))
     for path in corpus_bench.write(result, docs):
         print(path)

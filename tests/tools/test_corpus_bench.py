@@ -1,0 +1,51 @@
+"""`make bench`'s model list and bookkeeping (no IREE): the zoo, the corpus's development models
+and its held-out validation models; validation ratios never enter the tuned-on geometric mean;
+a second run resumes from the rows the first kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aot import api
+from aot.errors import AotError
+from aot.models import corpus, zoo
+from aot.tools import corpus_bench
+from aot.tools.corpus_bench import CONTENDERS, DEFAULT, ORT, TUNED, Suite
+
+
+def test_every_zoo_and_corpus_model_is_benched_in_its_suite():
+    models = corpus_bench.bench_models()
+    suites = {m.entry.name: m.suite for m in models}
+    assert {n for n, s in suites.items() if s is Suite.ZOO} == {m.name for m in zoo.MODELS}
+    assert {n for n, s in suites.items() if s is Suite.VALIDATION} == set(corpus.VALIDATION)
+    assert len(models) == len(zoo.MODELS) + len(corpus.CORPUS)
+    assert {m.source.split(":")[0] for m in models if m.suite is not Suite.ZOO} == {"corpus"}
+
+
+def test_an_unknown_name_is_refused_before_anything_is_built():
+    with pytest.raises(AotError, match="no-such-model"):
+        corpus_bench.bench_models(("mtcnn-onet", "no-such-model"))
+
+
+def _row(name, suite, ratio):
+    return {"model": name, "suite": suite, "medians_ms": dict.fromkeys(CONTENDERS, 1.0), "ratios": {f"{DEFAULT} / {ORT}": ratio,
+                                                                         f"{TUNED} / {ORT}": ratio}}
+
+
+def test_a_second_run_resumes_and_keeps_validation_apart(tmp_path, monkeypatch):
+    picks = ("mtcnn-onet", corpus.development()[0].name, corpus.VALIDATION[0])
+    for name, suite, ratio in zip(picks, ("zoo", "development", "validation"), (1.0, 4.0, 100.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "row.json").write_text(json.dumps(_row(name, suite, ratio)))
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a kept row must not be built again")
+
+    monkeypatch.setattr(api, "build", no_build)
+    result = corpus_bench.run(tmp_path, picks, progress=lambda s: None)
+    assert [r["model"] for r in result["models"]] == list(picks)
+    assert result["geomean"][f"{TUNED} / {ORT}"] == pytest.approx(2.0)          # 1 and 4: the held-out 100 left out
+    assert result["geomean_validation"][f"{TUNED} / {ORT}"] == pytest.approx(100.0)
+    assert "held-out validation models" in corpus_bench.text(result) and result["wall_s"] >= 0
