@@ -216,3 +216,18 @@ def indexing_model() -> onnx.ModelProto:
                    (("direct", [2, 3, 4]), ("computed", [6, 4]), ("bounded", [6, 4]), ("fixed", [3, 4]),
                     ("picked", [4]))],
                   [table, three, lo, hi, const_ids, shape])
+
+
+def legalized_once(model, op_type: str, *, replaced: bool = True):
+    """``model`` through the legalization pass: exactly one ``op_type`` node rewritten and tallied,
+    (``replaced``: no ``op_type`` node left), and a model the full ONNX checker accepts."""
+    import onnx
+
+    from aot.frontend.legalize import legalize
+
+    result, tally = legalize(model)
+    assert result.modified and [(t.op_type, t.count) for t in tally] == [(op_type, 1)]
+    if replaced:
+        assert op_type not in {n.op_type for n in result.model.graph.node}
+    onnx.checker.check_model(result.model, full_check=True)
+    return result.model

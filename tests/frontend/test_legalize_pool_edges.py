@@ -13,6 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 from aot.checks.compare import assert_close
 from aot.frontend.legalize import legalize
+from conftest import legalized_once
 
 _T = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.uint8: TensorProto.UINT8}
 
@@ -25,11 +26,6 @@ def _model(op, shape, dtype=np.float32, **attributes):
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
-def _legalized(model, op):
-    result, tally = legalize(model)
-    assert result.modified and [(t.op_type, t.count) for t in tally] == [(op, 1)]
-    onnx.checker.check_model(result.model, full_check=True)
-    return result.model
 
 
 def _ort(model, x):
@@ -49,7 +45,7 @@ def _ref(model, x):
 def test_maxpool_same_becomes_explicit_pads(attributes, dtype):
     model = _model("MaxPool", (1, 2, 7, 8), dtype, **attributes)
     x = np.random.default_rng(0).integers(0, 255, (1, 2, 7, 8)).astype(dtype)
-    legal = _legalized(model, "MaxPool")
+    legal = legalized_once(model, "MaxPool", replaced=False)
     pool = [n for n in legal.graph.node if n.op_type == "MaxPool"]
     assert len(pool) == 1 and all(a.name != "auto_pad" for a in pool[0].attribute)
     assert_close(_ort(legal, x), _ort(model, x))
@@ -81,7 +77,7 @@ def test_the_node_tests_failing_cases_are_rewritten():
     overhang = _model("AveragePool", (1, 1, 32, 32, 32), ceil_mode=1, count_include_pad=1,
                       kernel_shape=[5, 5, 5], strides=[3, 3, 3], dilations=[2, 2, 2])
     for model in (dropped, overhang):
-        legal = _legalized(model, "AveragePool")
+        legal = legalized_once(model, "AveragePool", replaced=False)
         pool = [n for n in legal.graph.node if n.op_type == "AveragePool"]
         assert len(pool) == 1 and {a.name for a in pool[0].attribute} == {"kernel_shape", "strides", "dilations"}
 
@@ -89,7 +85,7 @@ def test_the_node_tests_failing_cases_are_rewritten():
 def test_float64_uses_no_pad():
     model = _model("AveragePool", (1, 2, 9, 9), np.float64, ceil_mode=1, count_include_pad=1,
                    kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0])
-    legal = _legalized(model, "AveragePool")
+    legal = legalized_once(model, "AveragePool", replaced=False)
     assert "Pad" not in {n.op_type for n in legal.graph.node}
     x = np.random.default_rng(2).standard_normal((1, 2, 9, 9))
     assert_close(_ref(legal, x), _ref(model, x), rtol=1e-12, atol=1e-12)   # onnxruntime: no float64 AveragePool

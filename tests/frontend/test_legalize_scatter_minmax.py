@@ -13,6 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 from aot.checks.compare import assert_close
 from aot.frontend.legalize import legalize
+from conftest import legalized_once
 
 _T = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int32: TensorProto.INT32,
       np.int64: TensorProto.INT64}
@@ -32,12 +33,6 @@ def _case(data_shape, idx_shape, axis, reduction, dtype=np.float32, seed=0):
     return onnx.shape_inference.infer_shapes(model, strict_mode=True), feeds
 
 
-def _legalized(model):
-    result, tally = legalize(model)
-    assert result.modified and [(t.op_type, t.count) for t in tally] == [("ScatterElements", 1)]
-    assert "ScatterElements" not in {n.op_type for n in result.model.graph.node}
-    onnx.checker.check_model(result.model, full_check=True)
-    return result.model
 
 
 @pytest.mark.parametrize("reduction", ["max", "min"])
@@ -47,7 +42,7 @@ def _legalized(model):
 def test_matches_onnxruntime_exactly(reduction, data_shape, idx_shape, axis):
     model, feeds = _case(data_shape, idx_shape, axis, reduction)
     session = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])  # noqa: E731
-    got = session(_legalized(model)).run(None, feeds)[0]
+    got = session(legalized_once(model, "ScatterElements")).run(None, feeds)[0]
     assert_close(got, session(model).run(None, feeds)[0])
     assert_close(got, ReferenceEvaluator(model).run(None, feeds)[0])
 
@@ -55,7 +50,7 @@ def test_matches_onnxruntime_exactly(reduction, data_shape, idx_shape, axis):
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
 def test_other_types(dtype):
     model, feeds = _case((5, 4), (6, 4), 0, "max", dtype)
-    assert_close(ReferenceEvaluator(_legalized(model)).run(None, feeds)[0], ReferenceEvaluator(model).run(None, feeds)[0])
+    assert_close(ReferenceEvaluator(legalized_once(model, "ScatterElements")).run(None, feeds)[0], ReferenceEvaluator(model).run(None, feeds)[0])
 
 
 @pytest.mark.parametrize("reduction", ["none", "add", "mul"])
