@@ -166,3 +166,22 @@ def test_only_the_float64_floored_remainder_is_refused(dtype, fmod, refused):
     assert bool(found) is refused
     if refused:
         assert found[0][0].name == "remainder" and "float32" in found[0][1]
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 3, 0, 0, 2, 0], [0, 0, 4, 5, 0, 0, 4, 5]])
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_a_wrap_pad_is_slices_concatenated_around_the_input(pads, dtype):
+    x = np.arange(60).reshape(1, 3, 4, 5).astype(dtype)
+    out = tuple(n + pads[i] + pads[4 + i] for i, n in enumerate(x.shape))
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")
+    model = _model(node, {"x": x}, out, _DTYPES[x.dtype], [numpy_helper.from_array(np.array(pads, np.int64), "pads")],
+                   opset=19)
+    _legalized_matches(model, {"x": x})
+
+
+def test_a_wrap_pad_longer_than_its_axis_is_left_alone():
+    x = np.zeros((2, 3), np.float32)
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")
+    model = _model(node, {"x": x}, (2, 10), T.FLOAT, [numpy_helper.from_array(np.array([0, 4, 0, 3], np.int64), "pads")],
+                   opset=19)
+    assert legalize(model)[0].changed == 0
