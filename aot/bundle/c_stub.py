@@ -24,6 +24,10 @@ DTYPES = {
     "int8": ("int8_t", "SINT_8", "|i1"), "int16": ("int16_t", "SINT_16", "<i2"), "int32": ("int32_t", "SINT_32", "<i4"),
     "int64": ("int64_t", "SINT_64", "<i8"), "uint8": ("uint8_t", "UINT_8", "|u1"), "uint16": ("uint16_t", "UINT_16", "<u2"),
     "uint32": ("uint32_t", "UINT_32", "<u4"), "uint64": ("uint64_t", "UINT_64", "<u8"), "bool": ("uint8_t", "BOOL_8", "|b1"),
+    # The float8 formats have no C type or numpy descr either: their buffers and .npy files hold
+    # the raw bytes, and IREE is told the element type.
+    "float8_e4m3fn": ("uint8_t", "FLOAT_8_E4M3_FN", "|u1"), "float8_e4m3fnuz": ("uint8_t", "FLOAT_8_E4M3_FNUZ", "|u1"),
+    "float8_e5m2": ("uint8_t", "FLOAT_8_E5M2", "|u1"), "float8_e5m2fnuz": ("uint8_t", "FLOAT_8_E5M2_FNUZ", "|u1"),
 }
 # Template -> the file it renders ("model" becomes the model's C prefix).
 TEMPLATES = ("model.h", "model.c", "main.c", "CMakeLists.txt")

@@ -107,6 +107,19 @@ def test_duplicates_after_mangling_and_c_keywords_stay_distinct(tmp_path):
     assert len(fields) == len(set(fields)) == 7 and "int_" in fields and "return_" in fields
 
 
+def test_float8_tensors_pass_as_raw_bytes_of_their_iree_element_type(tmp_path):
+    manifest = hostile_manifest("f8")
+    sigs = tuple(mf.TensorSig(f"x_{t}", t, (3,)) for t in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                                                           "float8_e5m2fnuz"))
+    region = dataclasses.replace(manifest.regions[0], inputs=tuple(x.name for x in sigs))
+    files = _check_header(dataclasses.replace(manifest, inputs=sigs, regions=(region,)), tmp_path)
+    header = next(v for k, v in files.items() if k.endswith(".h"))
+    source = next(v for k, v in files.items() if k.endswith(".c") and "main" not in k)
+    assert len(re.findall(r"const uint8_t\* x_float8_\w+;", header)) == 4
+    for hal in ("FLOAT_8_E4M3_FN", "FLOAT_8_E4M3_FNUZ", "FLOAT_8_E5M2", "FLOAT_8_E5M2_FNUZ"):
+        assert f"IREE_HAL_ELEMENT_TYPE_{hal}," in source
+
+
 def test_rendering_is_deterministic_and_matches_the_bundle(host_bundle):
     manifest = host_bundle.bundle.manifest
     first, second = c_stub(manifest), c_stub(mf.read(host_bundle.bundle.path))
