@@ -113,7 +113,7 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
                            "Unsqueeze", "Reshape", "Expand", "Tile", "TopK", "Split", "CumSum", "CumProd", "Trilu",
                            "CenterCropPad", "OneHot", "Upsample")},
     "Pad": (1, 2, 3), "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3), "ConstantOfShape": (0,),
-    "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "NonMaxSuppression": (2, 3, 4),
+    "Col2Im": (1, 2), "Compress": (1,), "DFT": (1, 2), "STFT": (1, 3), "NonMaxSuppression": (2, 3, 4),
     "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4),
     "AffineGrid": (1,),   # size: a list in PyTorch's affine_grid, the output's shape
 }

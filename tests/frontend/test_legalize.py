@@ -18,7 +18,7 @@ from aot.frontend.legalize import LEGALIZATIONS, legalize
 from aot.frontend.load import load
 
 _DTYPES = {np.dtype(np.float32): T.FLOAT, np.dtype(np.float64): T.DOUBLE, np.dtype(np.int32): T.INT32,
-           np.dtype(np.int64): T.INT64}
+           np.dtype(np.int64): T.INT64, np.dtype(np.int8): T.INT8}
 
 
 def _model(node: onnx.NodeProto, inputs: dict[str, np.ndarray], out_shape, out_dtype, consts=(), opset=26):
@@ -185,3 +185,31 @@ def test_a_wrap_pad_longer_than_its_axis_is_left_alone():
     model = _model(node, {"x": x}, (2, 10), T.FLOAT, [numpy_helper.from_array(np.array([0, 4, 0, 3], np.int64), "pads")],
                    opset=19)
     assert legalize(model)[0].changed == 0
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32])
+def test_a_signed_shift_out_of_range_gives_the_defined_result(direction, dtype):
+    width = 8 * np.dtype(dtype).itemsize
+    x = np.array([-8, 4, -1, 5, -128, 3], dtype)
+    s = np.array([-1, width, width + 3, 1, 2, 0], dtype)
+    node = helper.make_node("BitShift", ["x", "s"], ["y"], direction=direction)
+    model = _model(node, {"x": x, "s": s}, x.shape, _DTYPES[np.dtype(dtype)], opset=26)
+    result, tally = legalize(model)
+    assert [t.op_type for t in tally] == ["BitShift"]
+    got = ReferenceEvaluator(result.model).run(None, {"x": x, "s": s})[0]
+    in_range = np.clip(s, 0, width - 1)
+    shifted = (x.astype(np.int64) << in_range) if direction == "LEFT" else (x.astype(np.int64) >> in_range)
+    emptied = np.zeros_like(x) if direction == "LEFT" else np.where(x < 0, -1, 0)
+    want = np.where((s < 0) | (s >= width), emptied, shifted.astype(dtype))
+    assert_close(got, want.astype(dtype))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_a_compress_with_a_constant_condition_is_a_gather(axis):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    condition = np.array([1, 0, 1, 1, 0], bool)[: (x.size if axis is None else x.shape[axis])]
+    want = np.compress(condition, x, axis=axis)
+    node = helper.make_node("Compress", ["x", "c"], ["y"], **({} if axis is None else {"axis": axis}))
+    model = _model(node, {"x": x}, want.shape, T.FLOAT, [numpy_helper.from_array(condition, "c")], opset=11)
+    _legalized_matches(model, {"x": x})

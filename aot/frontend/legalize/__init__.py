@@ -15,9 +15,9 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import (affine_grid, col2im, cumulative, dft, grid_sample, lp_pool, matmul_vector,
-                                   no_op, pad_wrap, pool_edges, qlinear_matmul, resize, rnn_direction,
-                                   scatter_minmax, space_to_depth)
+from aot.frontend.legalize import (affine_grid, bit_shift, col2im, compress, cumulative, dft, grid_sample,
+                                   lp_pool, matmul_vector, no_op, pad_wrap, pool_edges, qlinear_matmul, resize,
+                                   rnn_direction, scatter_minmax, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -25,6 +25,8 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *cumulative.LEGALIZATIONS,
     *matmul_vector.LEGALIZATIONS,
     *no_op.LEGALIZATIONS,
+    *bit_shift.LEGALIZATIONS,
+    *compress.LEGALIZATIONS,
     *pad_wrap.LEGALIZATIONS,
     *space_to_depth.LEGALIZATIONS,
     *resize.LEGALIZATIONS,
