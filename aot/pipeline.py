@@ -314,8 +314,9 @@ def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: P
 def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: BuildOptions,
            progress: Progress) -> Staged:
     """Search each region's flags on its device, compile the winners, then choose the host
-    runtime for the tuned bundle. Candidates are checked against the reference like verification
-    does, so the tuned bundle keeps the verification record."""
+    runtime for the tuned bundle; with ``--tune-segments``, per-segment flags (tune/segments.py).
+    Candidates are checked against the reference like verification does, so the tuned bundle
+    keeps the verification record."""
     settings = options.tune_settings()
     inputs = random_inputs(staged.manifest.inputs, seed=0)
     reference = {**verify.reference_values(planned.source, inputs), **inputs}
@@ -341,12 +342,11 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     single = dataclasses.replace(tuned, manifest=dataclasses.replace(tuned.manifest, host_runtime=runtime),
                                  record=dataclasses.replace(record, host_runtime_measured=measured),
                                  plan=dataclasses.replace(plan, host_runtime=runtime))
-    if not settings.segments or options.plan_file is not None:   # a plan file pins its cuts: nothing to search
-        return single
-    segs = segments(planned.view)   # every key node a cut point: grouping by FLOP share does the merging
-    chosen, outcome = tune_segments(single, planned.view, segs, tunings, lambda p, c: compile_(p, c), search,
-                                    settings, progress)
-    return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, segment_tuning=outcome))
+    if settings.segments and options.plan_file is None:   # a plan file pins its cuts: nothing to search
+        # Every key node a cut point (min 1 node): grouping by FLOP share does the merging.
+        single, _ = tune_segments(single, planned.view, segments(planned.view), tunings, compile_, search, settings,
+                                  compile_.ws.cache, progress)
+    return single
 
 
 def _should_measure(staged: Staged, options: BuildOptions) -> bool:

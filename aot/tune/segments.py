@@ -14,6 +14,7 @@ region's flags, so ``--plan`` replays it without searching or timing."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import statistics
 import tempfile
@@ -30,9 +31,10 @@ from aot.partition.flop_groups import MIN_REGION_NODES, Group, region_groups
 from aot.partition.plan import Plan, Region, validate
 from aot.partition.segments import Segment
 from aot.record import FlagPlan, SegmentGroup, SegmentTuning, Tuning
+from aot.runtime.atomic import write_json
 from aot.runtime.manifest import HostRuntime
 from aot.tune.candidates import FlagSet
-from aot.tune.search import MIN_GAIN, TuneSettings, run_probe
+from aot.tune.search import MIN_GAIN, TuneSettings, device_identity, run_probe
 
 # Candidates compiled and timed per group, the baseline (the source region's winner) included.
 # A bound, not a time limit, so the same model always tries the same sets: the whole-region search
@@ -110,10 +112,11 @@ def ranking(tuning: Tuning | None) -> tuple[str, ...]:
 
 
 def tune_segments(single: Staged, view: GraphView, segs: tuple[Segment, ...], tunings: dict[str, Tuning],
-                  compile_: Compile, search: Search, settings: TuneSettings,
+                  compile_: Compile, search: Search, settings: TuneSettings, cache: Path,
                   progress: Callable[[str], None] = lambda s: None) -> tuple[Staged, SegmentTuning]:
     """The faster of ``single`` (the tuned single-flag candidate, its host runtime chosen) and the
-    mixed plan; which one, each group's search and both times in the returned record."""
+    mixed plan; which one, each group's search and both times in the returned record. ``cache``:
+    the build's cache folder (the comparison is kept by the modules compared, like the search's)."""
     runtime = single.manifest.host_runtime
     mixed_plan, cuts = split(single.plan, view, segs, settings.segments,
                              lambda r: single.manifest.region(r).target.is_host)
@@ -121,7 +124,7 @@ def tune_segments(single: Staged, view: GraphView, segs: tuple[Segment, ...], tu
     def nothing(why: str, groups: tuple[SegmentGroup, ...] = (), times: tuple[float | None, float | None] = (None, None)
                 ) -> tuple[Staged, SegmentTuning]:
         progress(f"segments {why}: kept the single-flag plan")
-        return single, SegmentTuning(groups, *times, FlagPlan.SINGLE, MIN_GAIN, GROUP_CANDIDATES, why)
+        return _with(single, SegmentTuning(groups, *times, FlagPlan.SINGLE, MIN_GAIN, GROUP_CANDIDATES, why))
 
     if not cuts:
         return nothing(f"no host region of {MIN_REGION_NODES}+ nodes cuts into 2+ groups by FLOP share")
@@ -149,7 +152,7 @@ def tune_segments(single: Staged, view: GraphView, segs: tuple[Segment, ...], tu
     pinned = dataclasses.replace(mixed_plan, host_runtime=runtime, regions=tuple(
         dataclasses.replace(r, flags=winners.get(r.name, r.flags)) for r in mixed_plan.regions))
     mixed = compile_(pinned, "mixed")
-    single_us, mixed_us = compare(single, mixed, runtime, settings)
+    single_us, mixed_us = _compared(single, mixed, runtime, settings, cache)
     if single_us is None or mixed_us is None:
         return nothing("the whole runs could not be timed", groups, (single_us, mixed_us))
     keep = mixed_us < single_us * (1 - MIN_GAIN)
@@ -157,12 +160,36 @@ def tune_segments(single: Staged, view: GraphView, segs: tuple[Segment, ...], tu
     outcome = SegmentTuning(groups, round(single_us, 1), round(mixed_us, 1), kept, MIN_GAIN, GROUP_CANDIDATES)
     progress(f"segments single {single_us:.1f} us vs mixed {mixed_us:.1f} us (medians): kept the {kept.value} plan")
     if not keep:
-        return single, outcome
+        return _with(single, outcome)
     manifest = dataclasses.replace(mixed.manifest, host_runtime=runtime)
     region_tunings = {**tunings, **{g.region: g.tuning for g in groups}}
     record = dataclasses.replace(mixed.record.with_tuning(region_tunings), verification=single.record.verification,
                                  host_runtime_measured=single.record.host_runtime_measured)
-    return dataclasses.replace(mixed, manifest=manifest, record=record, plan=pinned), outcome
+    return _with(dataclasses.replace(mixed, manifest=manifest, record=record, plan=pinned), outcome)
+
+
+def _with(staged: Staged, outcome: SegmentTuning) -> tuple[Staged, SegmentTuning]:
+    """``staged`` with ``outcome`` in its build record (the report's section), and ``outcome``."""
+    return dataclasses.replace(staged, record=dataclasses.replace(staged.record, segment_tuning=outcome)), outcome
+
+
+def _compared(single: Staged, mixed: Staged, runtime: HostRuntime | None, settings: TuneSettings,
+              cache: Path) -> tuple[float | None, float | None]:
+    """``compare``, kept under ``cache/segments`` by both bundles' modules and weights, the host
+    runtime, the machine and the schedule: a second build of an unchanged model times nothing."""
+    parts = [*(f"{m.weights.sha256 if m.weights else ''}|" + ",".join(f"{r.name}:{r.sha256}" for r in m.regions)
+               for m in (single.manifest, mixed.manifest)),
+             runtime.label if runtime else "-", device_identity("local-task"),
+             f"{settings.repeats}/{settings.warmup}/{ROUNDS}", "compare-v1"]
+    record = cache / "segments" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
+    if record.exists():
+        known = json.loads(record.read_text())
+        return known["single_us"], known["mixed_us"]
+    single_us, mixed_us = compare(single, mixed, runtime, settings)
+    if single_us is not None and mixed_us is not None:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        write_json(record, {"single_us": single_us, "mixed_us": mixed_us})
+    return single_us, mixed_us
 
 
 def compare(single: Staged, mixed: Staged, runtime: HostRuntime | None,

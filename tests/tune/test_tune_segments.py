@@ -93,8 +93,9 @@ def test_the_mixed_plan_is_kept_only_when_it_beats_one_flag_set_by_the_margin(mi
         return out
 
     monkeypatch.setattr(tseg, "compare", lambda a, b, rt, s: (100.0, mixed_us))
+    monkeypatch.setattr(tseg, "device_identity", lambda driver: "test cpu")
     chosen, outcome = tseg.tune_segments(single, view, segments(view, 1), {"r0": whole}, compile_, search,
-                                         TuneSettings(5, 1.0, 4), lambda s: None)
+                                         TuneSettings(5, 1.0, 4), tmp_path / "cache", lambda s: None)
     names = ("r0s0", "r0s1", "r0s2", "r0s3")
     assert [c for c, _ in compiled] == ["segments", "mixed"]
     assert compiled[0][1].schedule == names and all(r.flags is None for r in compiled[0][1].regions)
@@ -109,5 +110,14 @@ def test_the_mixed_plan_is_kept_only_when_it_beats_one_flag_set_by_the_margin(mi
         assert chosen.manifest.host_runtime == runtime
         assert [chosen.record.region(n).tuning.winner for n in names] == ["O2", "O3", "O3", "O3"]
     else:
-        assert chosen is single
+        assert dataclasses.replace(chosen, record=single.record) == single
+    assert chosen.record.segment_tuning == outcome
     assert any("mixed" in line for line in outcome.lines())
+
+    def forbidden(*args):
+        raise AssertionError("an unchanged comparison was timed again")
+
+    monkeypatch.setattr(tseg, "compare", forbidden)      # the same modules again: the cached times
+    _, again = tseg.tune_segments(single, view, segments(view, 1), {"r0": whole}, compile_, search,
+                                  TuneSettings(5, 1.0, 4), tmp_path / "cache", lambda s: None)
+    assert again == outcome
