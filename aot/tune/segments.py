@@ -140,7 +140,8 @@ def tune_segments(single: Staged, view: GraphView, segs: tuple[Segment, ...], tu
         return narrowed(t.winner if t else offered[0].name, ranking(t), offered, GROUP_CANDIDATES)
 
     try:
-        grouped = compile_(dataclasses.replace(mixed_plan, host_runtime=None), "segments")
+        # With the chosen host runtime: each group's candidates are timed on the driver that ships.
+        grouped = compile_(mixed_plan, "segments")
         found = search(grouped, choose)
     except AotError as e:   # a group that does not build leaves the single plan as it was
         return nothing(f"the groups did not build: {e.message[:300]}")
@@ -151,7 +152,10 @@ def tune_segments(single: Staged, view: GraphView, segs: tuple[Segment, ...], tu
     winners = {g.region: next(c.flags for c in g.tuning.candidates if c.name == g.tuning.winner) for g in groups}
     pinned = dataclasses.replace(mixed_plan, host_runtime=runtime, regions=tuple(
         dataclasses.replace(r, flags=winners.get(r.name, r.flags)) for r in mixed_plan.regions))
-    mixed = compile_(pinned, "mixed")
+    try:
+        mixed = compile_(pinned, "mixed")   # every module is in the compile cache from the search
+    except AotError as e:
+        return nothing(f"the mixed plan did not build: {e.message[:300]}", groups)
     single_us, mixed_us = _compared(single, mixed, runtime, settings, cache)
     if single_us is None or mixed_us is None:
         return nothing("the whole runs could not be timed", groups, (single_us, mixed_us))

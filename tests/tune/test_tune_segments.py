@@ -99,6 +99,7 @@ def test_the_mixed_plan_is_kept_only_when_it_beats_one_flag_set_by_the_margin(mi
     names = ("r0s0", "r0s1", "r0s2", "r0s3")
     assert [c for c, _ in compiled] == ["segments", "mixed"]
     assert compiled[0][1].schedule == names and all(r.flags is None for r in compiled[0][1].regions)
+    assert compiled[0][1].host_runtime == runtime      # groups are timed on the driver that ships
     assert all(t[0] == "O3" for t in tried.values()) and set(tried) == set(names)   # the region's winner first
     assert [g.region for g in outcome.groups] == list(names) and [g.tuning.winner for g in outcome.groups] == \
         ["O2", "O3", "O3", "O3"]
