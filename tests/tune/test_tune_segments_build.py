@@ -16,16 +16,21 @@ from aot.models import zoo
 from aot.options import BuildOptions
 from aot.partition.plan import Plan
 from aot.record import FlagPlan
-from aot.tune import segments as tseg
+from aot.tune import runtime as host_runtime, search, segments as tseg
 from aot.tune.search import MIN_GAIN
 from conftest import golden
 
-# full: 171-212 s on the shared 2-core machine (busy) (a whole-region search of 11 candidates, the host runtime, then
-# each group's search and the comparison): over the 60 s that `make test` gives one test.
+# full: 105 s here at load average 7 (others' conformance runs beside it): over the 60 s a `make test` test
+# gets; the whole-region search, the host runtime choice, each group's search and the comparison.
 pytestmark = [pytest.mark.device, pytest.mark.network, pytest.mark.slow, pytest.mark.full]
 
 
 def test_per_segment_tuning_records_each_groups_winner_and_both_times_and_replays_untimed(tmp_path, monkeypatch):
+    # Fewer candidates and host runtimes than a real build tries (tests/tune/test_tune_build.py covers
+    # those): what is tested here is the cut, the group searches, the comparison and the replay.
+    offered = search.candidates
+    monkeypatch.setattr(search, "candidates", lambda *a, **k: offered(*a, **k)[:4])
+    monkeypatch.setattr(host_runtime, "configurations", lambda cores: (("local-task", ()), ("local-sync", ())))
     model = zoo.fetch(zoo.by_name("mtcnn-onet"))
     options = BuildOptions(accel=None, tune=True, tune_repeats=5, tune_segments=4)
     lines: list[str] = []
@@ -43,7 +48,7 @@ def test_per_segment_tuning_records_each_groups_winner_and_both_times_and_replay
     for g in outcome.groups:
         t = g.tuning
         correct = [c for c in t.candidates if c.rejected is None]
-        assert 2 <= len(t.candidates) <= tseg.GROUP_CANDIDATES and t.winner in {c.name for c in correct}
+        assert 2 <= len(t.candidates) <= min(4, tseg.GROUP_CANDIDATES) and t.winner in {c.name for c in correct}
         assert all(c.max_abs_diff is not None and c.max_abs_diff < 1e-2 for c in correct)
         whole_winner = whole_winner or t.candidates[0].name
         assert t.candidates[0].name == whole_winner          # every group starts from the region's winner
