@@ -16,6 +16,7 @@ import numpy as np
 
 from aot.option_flags import Companion, Flag, Switch, UsageError, option
 from aot.partition import policies, select
+from aot.partition.flop_groups import MAX_GROUPS, MIN_GROUPS
 from aot.partition.order import OrderMode
 from aot.partition.partitioner import PartitionOptions
 from aot.partition.plan import GateMode
@@ -142,6 +143,13 @@ def parse_memory_limits(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(limits.items())
 
 
+def _group_count(text: str, flag: str) -> int:
+    value = int(_number(int, text, flag))
+    if value != 0 and not MIN_GROUPS <= value <= MAX_GROUPS:
+        raise UsageError(f"bad {flag} {text!r}: give 0 (off) or a group count from {MIN_GROUPS} to {MAX_GROUPS}")
+    return value
+
+
 def _positive(text: str, flag: str) -> int:
     value = _number(int, text, flag)
     if value < 1:
@@ -254,6 +262,13 @@ class BuildOptions:
     tune: bool = option(False, Flag(None, switches=(Switch(
         "--tune", True, "search each region's compile flags on its device and the host runtime's threading; "
         "keep the fastest that matches the reference (cached: a second run times nothing)"),)))
+    # Off by default: a mixed plan only pays where flag sets differ by segment, and it multiplies
+    # tuning time (a flag search per group); no zoo measurement says it should be on for everyone.
+    tune_segments: int = option(0, Flag(
+        "--tune-segments", "with --tune: also cut each large host region at key-node segments into up to N "
+        f"groups by FLOP share (N from {MIN_GROUPS} to {MAX_GROUPS}; 0: off), search each group's flags, and keep "
+        "the mixed-flag plan only when a whole run measures faster than the best single flag set",
+        metavar="N", parse=lambda t: _group_count(t, "--tune-segments")))
     tune_repeats: int = option(20, Flag(
         "--tune-repeats", "timed calls per tuning candidate (warm medians, interleaved)", metavar="N",
         parse=lambda t: _number(int, t, "--tune-repeats"), commands=frozenset({"build", "tune"})))
@@ -287,7 +302,7 @@ class BuildOptions:
         """The tuner's view of these settings."""
         from aot.tune.search import TuneSettings   # the tuner imports the compiler; options stay light
 
-        return TuneSettings(self.tune_repeats, self.accel_compile_timeout)
+        return TuneSettings(self.tune_repeats, self.accel_compile_timeout, self.tune_segments)
 
     def with_recipe(self, input_shapes: tuple[tuple[str, tuple[int, ...]], ...],
                     constant_inputs: tuple[tuple[str, Any], ...], name: str) -> "BuildOptions":

@@ -36,12 +36,13 @@ from aot.partition.partitioner import PartitionOptions, partition, single_region
 from aot.partition.segments import segments
 from aot.partition.splitting import SplitOutcome
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, SegmentRecord, UnsupportedOp,
-                        Verification)
+from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, SegmentRecord, Tuning,
+                        UnsupportedOp, Verification)
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
 from aot.tune.search import tune_regions
+from aot.tune.segments import Choose, tune_segments
 from aot.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -313,16 +314,21 @@ def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: P
 def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: BuildOptions,
            progress: Progress) -> Staged:
     """Search each region's flags on its device, compile the winners, then choose the host
-    runtime for the tuned bundle. Candidates are checked against the reference like verification
-    does, so the tuned bundle keeps the verification record."""
+    runtime for the tuned bundle; with ``--tune-segments``, per-segment flags (tune/segments.py).
+    Candidates are checked against the reference like verification does, so the tuned bundle
+    keeps the verification record."""
     settings = options.tune_settings()
     inputs = random_inputs(staged.manifest.inputs, seed=0)
     reference = {**verify.reference_values(planned.source, inputs), **inputs}
-    sources = staged.sources
-    assert sources is not None
-    tunings = tune_regions(staged.path, staged.manifest, reference, lambda r: sources / f"{r}.mlir",
-                           lambda r: region_families(planned.source, planned.view, staged.plan.region(r).nodes),
-                           compile_.ws.cache, compile_.executor, settings, progress)
+
+    def search(cand: Staged, choose: Choose | None = None) -> dict[str, Tuning]:
+        sources = cand.sources
+        assert sources is not None
+        return tune_regions(cand.path, cand.manifest, reference, lambda r: sources / f"{r}.mlir",
+                            lambda r: region_families(planned.source, planned.view, cand.plan.region(r).nodes),
+                            compile_.ws.cache, compile_.executor, settings, progress, choose)
+
+    tunings = search(staged)
     winners = {r: next(c.flags for c in t.candidates if c.name == t.winner) for r, t in tunings.items()}
     # A region that fell back to the host was tuned for the host: compile it for the host. The
     # winners are pinned in the plan, so a build of the published plan.json replays them.
@@ -333,9 +339,14 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
     tuned = compile_(plan, "tuned")
     record = dataclasses.replace(tuned.record.with_tuning(tunings), verification=staged.record.verification)
     runtime, measured = choose_host_runtime(tuned.path, tuned.manifest, compile_.ws.cache, settings, progress)
-    return dataclasses.replace(tuned, manifest=dataclasses.replace(tuned.manifest, host_runtime=runtime),
-                               record=dataclasses.replace(record, host_runtime_measured=measured),
-                               plan=dataclasses.replace(plan, host_runtime=runtime))
+    single = dataclasses.replace(tuned, manifest=dataclasses.replace(tuned.manifest, host_runtime=runtime),
+                                 record=dataclasses.replace(record, host_runtime_measured=measured),
+                                 plan=dataclasses.replace(plan, host_runtime=runtime))
+    if settings.segments and options.plan_file is None:   # a plan file pins its cuts: nothing to search
+        # Every key node a cut point (min 1 node): grouping by FLOP share does the merging.
+        single, _ = tune_segments(single, planned.view, segments(planned.view), tunings, compile_, search, settings,
+                                  compile_.ws.cache, progress)
+    return single
 
 
 def _should_measure(staged: Staged, options: BuildOptions) -> bool:

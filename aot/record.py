@@ -12,6 +12,7 @@ and the report says so.
 
 from __future__ import annotations
 
+import enum
 import os
 import platform
 from dataclasses import dataclass, replace
@@ -177,6 +178,58 @@ class Tuning:
         return self.default_us / self.best_us if self.default_us and self.best_us else None
 
 
+class FlagPlan(enum.Enum):
+    """Which plan per-segment tuning kept (``--tune-segments``)."""
+
+    SINGLE = "single"    # each region one flag set (its own tuning's winner)
+    MIXED = "mixed"      # large host regions cut into groups, each group its own winner
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentGroup:
+    """One group of key-node segments cut from a host region, and its own flag search."""
+
+    region: str                  # its region in the mixed plan
+    source: str                  # the region of the single-flag plan it was cut from
+    segments: tuple[int, ...]    # the model's key-node segments it holds (every key node a cut: min 1 node)
+    nodes: int
+    flops: int
+    tuning: Tuning               # candidates[0] is the baseline: the source region's winner
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentTuning:
+    """Per-segment flag choice: each group's winner and the two whole runs measured against each
+    other (interleaved, one process, the chosen host runtime; a group boundary costs a call and
+    that is in the mixed time). The mixed plan is kept only when it beats the single one by
+    ``margin``."""
+
+    groups: tuple[SegmentGroup, ...]
+    single_us: float | None      # median whole run, every region one flag set; None: it did not run
+    mixed_us: float | None       # median whole run of the mixed plan; None: it did not run
+    kept: FlagPlan
+    margin: float                # the fraction the mixed plan had to win by
+    bound: int                   # candidates tried per group, the baseline included
+    detail: str = ""             # why nothing was measured, when nothing was
+
+    def lines(self) -> list[str]:
+        """The report's section."""
+        def us(v: float | None) -> str:
+            return "-" if v is None else f"{v:.1f} us"
+
+        out = [f"per-segment tuning: kept the {self.kept.value}-flag plan: single {us(self.single_us)} vs mixed "
+               f"{us(self.mixed_us)} (whole runs, medians; mixed must win by {self.margin:.0%}; "
+               f"up to {self.bound} candidate(s) per group)" + (f"; {self.detail}" if self.detail else "")]
+        for g in self.groups:
+            t = g.tuning
+            base = t.candidates[0].name if t.candidates else "-"
+            speed = f"{t.speedup:.2f}x" if t.speedup else "-"
+            span = f"{g.segments[0]}..{g.segments[-1]}" if len(g.segments) > 1 else str(g.segments[0])
+            out.append(f"  {g.region} (from {g.source}; segments {span}; {g.nodes} nodes; "
+                       f"{g.flops / 1e6:.2f} MFLOPs): {t.winner} {us(t.best_us)} vs {base} {us(t.default_us)} ({speed})")
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class RegionRecord:
     """How one region came to be: the nodes the plan gave it, the estimate, and what was measured."""
@@ -218,6 +271,7 @@ class BuildRecord:
     verification: Verification | None = field(default=None, omit_default=True)
     host_runtime_measured: tuple[tuple[str, float], ...] = field(default=(), as_map=True, omit_default=True)
     rewrites: tuple[Rewrite, ...] = field(default=(), omit_default=True)   # ops written out before planning
+    segment_tuning: SegmentTuning | None = field(default=None, omit_default=True)   # --tune-segments only
 
     def region(self, name: str) -> RegionRecord:
         return next(r for r in self.regions if r.name == name)

@@ -183,6 +183,7 @@ def _decision_lines(m: Manifest, rec: BuildRecord) -> list[str]:
         lines += [f"  {c.region}: moved to the host: {c.error}" for c in rec.verification.moved_to_host]
     if _tuned(m, rec):
         lines += ["", tuning_text(m, rec)]
+    lines += ["", *rec.segment_tuning.lines()] if rec.segment_tuning else []
     return lines
 
 

@@ -88,6 +88,7 @@ SPELLINGS = [
     (("--no-verify",), "verify", False),
     (("--tune",), "tune", True),
     (("--tune-repeats", "3"), "tune_repeats", 3),
+    (("--tune-segments", "6"), "tune_segments", 6),
     (("--cluster", "tcp://h:8786"), "cluster", "tcp://h:8786"),
     (("--dump-after", "plan", "--dump-after", "import"), "dump_after", frozenset({"plan", "import"})),
 ]
@@ -98,8 +99,9 @@ def test_every_flag_spelling_still_sets_its_option_and_nothing_else(argv, field,
     assert options(*argv) == dataclasses.replace(BuildOptions(), **{field: value})
 
 
-@pytest.mark.parametrize("argv", [("--order-budget", "0"), ("--min-segment-nodes", "-1"), ("--order-budget", "x")])
-def test_order_settings_below_one_are_usage_errors(argv):
+@pytest.mark.parametrize("argv", [("--order-budget", "0"), ("--min-segment-nodes", "-1"), ("--order-budget", "x"),
+                                  ("--tune-segments", "3"), ("--tune-segments", "9"), ("--tune-segments", "x")])
+def test_order_and_segment_settings_out_of_range_are_usage_errors(argv):
     with pytest.raises(AotError, match=argv[0]):
         options(*argv)
 
@@ -119,6 +121,7 @@ def test_the_partitioner_and_tuner_settings_are_views_without_defaults_of_their_
     o = BuildOptions(min_compute=4, gate=GateMode.OFF, tune_repeats=9)
     assert (o.partition_options().min_compute, o.partition_options().gate) == (4, GateMode.OFF)
     assert o.tune_settings().repeats == 9
+    assert BuildOptions(tune_segments=4).tune_settings().segments == 4 and BuildOptions().tune_segments == 0
 
 
 def test_the_api_keeps_its_former_spellings_of_the_gate():

@@ -11,6 +11,8 @@ Requests:
   outputs, then time the correct ones (events ``start``, ``checked``, ``timed``).
 - ``{"kind": "bundle", ...}``: time whole runs of a bundle under one host runtime configuration
   (runtime flags are process-wide and read when the device opens: one configuration per process).
+- ``{"kind": "bundles", ...}``: time whole runs of several bundles of one model under one host
+  runtime configuration, interleaved (per-segment tuning: one flag set vs a mixed-flag plan).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     if request["kind"] == "region":
         _region(request)
+    elif request["kind"] == "bundles":
+        _bundles(request)
     else:
         _bundle(request)
     return 0
@@ -99,6 +103,27 @@ def _bundle(req: dict[str, Any]) -> None:
     inputs = {s.name: data[s.name] for s in manifest.inputs}
     with runtime.Session(bundle, manifest) as session:
         medians = _interleaved({"run": lambda: session.run(inputs)}, req["warmup"], req["repeats"])
+    _emit(event="timed", medians_us=medians)
+
+
+def _bundles(req: dict[str, Any]) -> None:
+    import contextlib
+    import dataclasses
+
+    from aot import runtime
+    from aot.runtime import manifest as mf
+
+    data = np.load(req["data"])
+    host = mf.HostRuntime(req["driver"], tuple(req["flags"]))
+    calls: dict[str, Callable[[], Any]] = {}
+    with contextlib.ExitStack() as stack:
+        for b in req["bundles"]:
+            manifest = dataclasses.replace(mf.Manifest.from_json(json.loads(Path(b["manifest"]).read_text())),
+                                           host_runtime=host)
+            session = stack.enter_context(runtime.Session(Path(b["bundle"]), manifest))
+            inputs = {s.name: data[s.name] for s in manifest.inputs}
+            calls[b["name"]] = functools.partial(session.run, inputs)
+        medians = _interleaved(calls, req["warmup"], req["repeats"])
     _emit(event="timed", medians_us=medians)
 
 

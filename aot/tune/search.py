@@ -42,23 +42,32 @@ class TuneSettings:
 
     repeats: int            # timed calls per candidate (after warmup), interleaved
     accel_timeout: float    # an accelerator candidate compiling longer than this is dropped
+    segments: int           # per-segment tuning: groups a large host region is cut into (0: off)
     warmup: ClassVar[int] = 3
 
 
 def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.ndarray],
                  mlir_of: Callable[[str], Path], families_of: Callable[[str], frozenset[OpFamily]], cache: Path,
                  executor: Executor, settings: TuneSettings,
-                 progress: Callable[[str], None] = lambda s: None) -> dict[str, Tuning]:
+                 progress: Callable[[str], None] = lambda s: None,
+                 choose: Callable[[str, tuple[FlagSet, ...]], tuple[FlagSet, ...] | None] | None = None
+                 ) -> dict[str, Tuning]:
     """region -> its Tuning. ``reference``: every tensor of the model as onnxruntime computes it
     for one input (regions are checked on their real intermediates); ``families_of``: the op
-    families a region's nodes hold (which content-specific flag sets apply)."""
+    families a region's nodes hold (which content-specific flag sets apply); ``choose``: region,
+    its candidates -> the ones to try, the first being the baseline (None: leave the region out;
+    per-segment tuning narrows each group's search with it)."""
     store = cache / "tuning"
     store.mkdir(parents=True, exist_ok=True)
     found: dict[str, Tuning] = {}
     todo: list[tuple[RegionEntry, tuple[FlagSet, ...], Path]] = []
     for r in manifest.regions:
         text = mlir_of(r.name).read_text()
-        sets = candidates(r.target, families_of(r.name), default=r.flags)
+        offered = candidates(r.target, families_of(r.name), default=r.flags)
+        chosen = choose(r.name, offered) if choose is not None else offered
+        if chosen is None:
+            continue
+        sets = chosen
         key = _key(text, r, manifest.driver(r), sets, settings)
         record = store / f"{key}.json"
         if record.exists():

@@ -1,0 +1,92 @@
+"""Key-node segments grouped by FLOP share: the pieces a host region is cut into so that each can
+get its own compile flags (per-segment tuning, ``tune/segments.py``).
+
+Segments (``segments.py``) are runs of a topological order between key nodes: every edge goes from
+a segment to itself or to a later one. A group is a run of whole consecutive segments, so a region
+cut into groups is a chain of regions each of which only reads what earlier ones (or other regions)
+made: the plan stays acyclic and the groups run in order.
+
+Grouping walks the segments in order and closes a group after the segment at which the FLOPs so
+far reach the next multiple of a fair share (total / count): the j-th group ends where the first j
+shares are done. Closing each group once it alone holds a share overshoots and leaves fewer groups
+(ten equal segments asked for four gave three); counting shares from the start keeps the groups near
+one share each, and a group never holds more than a share plus its own largest segment. A segment
+heavier than a share spans several shares and the grouping has fewer groups; a tail under half a
+share is never a group of its own (element-wise tail work is not worth a flag search and a call).
+
+Pure Python over a GraphView.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from aot.frontend.graph import GraphView
+from aot.partition.cost import node_flops
+from aot.partition.segments import Segment
+
+# --tune-segments takes a target group count in this range (issue 25: "group into 4-8 segments"):
+# fewer leaves little to mix; more multiplies the flag search and adds a call per boundary.
+MIN_GROUPS = 4
+MAX_GROUPS = 8
+# A region with fewer nodes than this is tuned as a whole: too small for boundaries to pay.
+MIN_REGION_NODES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Consecutive segments of one region, tuned together."""
+
+    index: int
+    segments: tuple[int, ...]    # indices of the (whole-model) segments it holds, consecutive
+    nodes: tuple[str, ...]       # the region's nodes in them, in the region's order
+    flops: int
+
+
+def cut_by_share(flops: Sequence[int], count: int) -> tuple[tuple[int, ...], ...]:
+    """Positions ``0..len(flops)-1`` grouped into runs: a run ends at the position where the running
+    total first reaches the next multiple of ``sum(flops) / count`` not yet reached, unless what
+    follows holds less than half a share. At most ``count`` runs; one when there is nothing to share out."""
+    if count < 1:
+        raise ValueError(f"group count must be at least 1, not {count}")
+    if any(f < 0 for f in flops):
+        raise ValueError("FLOP counts cannot be negative")
+    if not flops:
+        return ()
+    total = sum(flops)
+    if total == 0 or count == 1:
+        return (tuple(range(len(flops))),)
+    runs: list[list[int]] = [[]]
+    done = 0          # shares reached so far
+    running = 0
+    for i, f in enumerate(flops):
+        runs[-1].append(i)
+        running += f
+        reached = min(running * count // total, count)   # exact in integers: no float rounding at the cuts
+        # A tail under half a share is no group of its own: it rounds to no share at all, and a
+        # group of softmax-and-top-k tail work is not worth a flag search and a call boundary.
+        if reached > done and (total - running) * count * 2 >= total:
+            done = reached
+            runs.append([])
+    if not runs[-1]:
+        runs.pop()
+    return tuple(tuple(r) for r in runs)
+
+
+def region_groups(nodes: tuple[str, ...], segs: tuple[Segment, ...], view: GraphView, count: int) -> tuple[Group, ...]:
+    """``nodes`` (one region, in topological order) cut at segment bounds into at most ``count``
+    groups by FLOP share. Segments that hold none of the region's nodes are skipped; a group never
+    splits a segment."""
+    mine = set(nodes)
+    position = {n: i for i, n in enumerate(nodes)}
+    pieces = [(s.index, tuple(sorted((n for n in s.nodes if n in mine), key=position.__getitem__))) for s in segs]
+    pieces = [(i, ns) for i, ns in pieces if ns]
+    if sum(len(ns) for _, ns in pieces) != len(nodes):
+        raise ValueError("the segments do not cover the region's nodes")
+    flops = [sum(node_flops(view.node(n), view) for n in ns) for _, ns in pieces]
+    groups = []
+    for g, run in enumerate(cut_by_share(flops, count)):
+        held = tuple(n for k in run for n in pieces[k][1])
+        groups.append(Group(g, tuple(pieces[k][0] for k in run), held, sum(flops[k] for k in run)))
+    return tuple(groups)
