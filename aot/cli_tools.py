@@ -64,6 +64,8 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
                     help="seeded random boundary perturbations per model")
     lc.add_argument("--seed", type=args_.seed, default=0)
     lc.add_argument("--iterations", type=args_.count, default=20, help="timed runs per plan (median)")
+    lc.add_argument("--max-plans", type=args_.count, default=None,
+                    help="measure at most this many new plans per model (a later run measures the rest)")
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     args_.add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
@@ -164,7 +166,8 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
     options = args_.build_options(args)
     for model in args.models:
         done = collect.collect(model, Path(args.db), work, options, args.perturbations,
-                               args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr))
+                               args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr),
+                               max_plans=args.max_plans)
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
     print(args.db)

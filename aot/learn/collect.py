@@ -96,8 +96,9 @@ def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed
 
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
             perturbations: int = 8, seed: int = 0, iterations: int = 20,
-            progress: Progress = lambda s: None) -> Collected:
-    """Measure every new candidate plan of ``model`` into ``database``."""
+            progress: Progress = lambda s: None, max_plans: int | None = None) -> Collected:
+    """Measure every new candidate plan of ``model`` into ``database`` (the first ``max_plans``
+    new ones, in candidate order, where given: a later collection measures the rest)."""
     from aot import api, runtime
 
     path, options = api.resolve(model, options)
@@ -119,7 +120,9 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
                 skipped += 1
             else:
                 todo.append((cand, key))
-        progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured")
+        progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured"
+                 + (f", measuring {max_plans} of {len(todo)} new" if max_plans is not None else ""))
+        todo = todo[:max_plans]
         for i, (cand, key) in enumerate(todo):
             out = work / f"c{i}"
             try:

@@ -131,3 +131,14 @@ def test_each_row_keeps_its_region_times_and_a_resumed_collection_adds_nothing(t
     assert (again.measured, again.skipped) == (0, first.candidates) and len(built) == first.measured
     with costdb.CostDatabase(database) as db:
         assert db.count() == first.measured and db.region_count() == sum(len(r.regions) for r in rows)
+
+
+def test_a_collection_capped_at_some_plans_is_finished_by_the_next(tmp_path, monkeypatch):
+    built = _fake_builds(monkeypatch)
+    model, database = gen.write(tmp_path / "g", 1, seed=2)[0], tmp_path / "costs.sqlite"
+    part = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1, max_plans=2)
+    assert (part.measured, part.skipped) == (2, 0) and part.candidates > 2
+    rest = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    assert (rest.measured, rest.skipped) == (part.candidates - 2, 2) and len(built) == part.candidates
+    with costdb.CostDatabase(database) as db:
+        assert len({r.key for r in db.rows()}) == db.count() == part.candidates
