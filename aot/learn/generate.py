@@ -133,10 +133,11 @@ def draw_spec(rng: np.random.Generator, x: Tensor) -> BlockSpec:
     spatial = x.layout is Layout.SPATIAL
     width = _pick(rng, (4, 8, 16, 32, 64) if spatial else (16, 32, 64, 128, 256))
     heads = _pick(rng, tuple(h for h in (1, 2, 4) if x.shape[-1] % h == 0))
-    return BlockSpec(kind, width, _pick(rng, tuple(Act)), _pick(rng, (1, 3, 3, 5)),
-                     2 if spatial and x.shape[2] >= 8 and rng.random() < 0.3 else 1, bool(rng.random() < 0.5),
-                     heads, tuple(_pick(rng, ELEMENTWISE_OPS) for _ in range(int(rng.integers(2, 5)))),
-                     _pick(rng, (Kind.MLP if not spatial else Kind.CONV, Kind.ARGMAX, Kind.ELEMENTWISE)))
+    return BlockSpec(kind, width, act=_pick(rng, tuple(Act)), kernel=_pick(rng, (1, 3, 3, 5)),
+                     stride=2 if spatial and x.shape[2] >= 8 and rng.random() < 0.3 else 1,
+                     norm=bool(rng.random() < 0.5), heads=heads,
+                     ops=tuple(_pick(rng, ELEMENTWISE_OPS) for _ in range(int(rng.integers(2, 5)))),
+                     arm=_pick(rng, (Kind.CONV if spatial else Kind.MLP, Kind.ARGMAX, Kind.ELEMENTWISE)))
 
 
 def _conv(g: _Graph, x: Tensor, out: int, kernel: int, stride: int, group: int, norm: bool,
