@@ -54,7 +54,8 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     bh.add_argument("--iterations", type=args_.count, default=30)
     bh.set_defaults(func=_cmd_bench_harness)
 
-    ln = sub.add_parser("learn", help="the learned partition policy's data: collect measured plans")
+    ln = sub.add_parser("learn", help="the learned partition policy's data: generate training graphs, collect "
+                                      "measured plans")
     lsub = ln.add_subparsers(dest="learn_command", required=True)
     lc = lsub.add_parser("collect", help="build and time every distinct candidate plan of each model into a "
                                          "cost database (append-only, resumable)")
@@ -64,9 +65,17 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
                     help="seeded random boundary perturbations per model")
     lc.add_argument("--seed", type=args_.seed, default=0)
     lc.add_argument("--iterations", type=args_.count, default=20, help="timed runs per plan (median)")
+    lc.add_argument("--max-plans", type=args_.count, default=None,
+                    help="measure at most this many new plans per model (a later run measures the rest)")
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     args_.add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
+    lg = lsub.add_parser("generate", help="seeded random graphs of deployed blocks (conv, matmul, attention, "
+                                          "elementwise, host-only ops, branches) as ONNX models, for training")
+    lg.add_argument("-o", "--output", required=True, help="folder for gen-SEED-INDEX.onnx")
+    lg.add_argument("--count", type=args_.count, default=20)
+    lg.add_argument("--seed", type=args_.seed, default=0)
+    lg.set_defaults(func=_cmd_learn_generate)
 
     sk = sub.add_parser("soak", help="serving under load: client threads through one Batcher over a bucketed "
                                      "bundle, some requests malformed; nothing wrong, nothing lost")
@@ -158,10 +167,19 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
     options = args_.build_options(args)
     for model in args.models:
         done = collect.collect(model, Path(args.db), work, options, args.perturbations,
-                               args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr))
+                               args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr),
+                               max_plans=args.max_plans)
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
     print(args.db)
+    return 0
+
+
+def _cmd_learn_generate(args: argparse.Namespace) -> int:
+    from aot.learn import generate
+
+    for path in generate.write(args_.output_folder("-o/--output", args.output), args.count, args.seed):
+        print(path)
     return 0
 
 

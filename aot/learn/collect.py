@@ -7,7 +7,9 @@ seeded random perturbations of region boundaries (a node moved to the other devi
 the cycle-free merge and checked by ``plan.validate``). They are deduplicated by their key
 (``key.plan_key``), so a plan measured before is skipped, and a killed collection resumes where
 it stopped. Compiles hit the content-hash cache for regions that repeat across candidates.
-Timing holds the cross-process lock: two collectors never time at once.
+Timing holds the cross-process lock: two collectors never time at once. Each row carries, beside
+the end-to-end median, each region's median on its device (``CheckSession.profile``: every region
+timed alone on the real intermediates of a run), under the region's digest.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from aot.checks import reference, timing
+from aot.checks.session import CheckSession
 from aot.errors import AotError, PartitionError
 from aot.learn import db as costdb
-from aot.learn.key import PlanKey, device_fingerprint, plan_key
+from aot.learn.key import PlanKey, device_fingerprint, plan_key, region_digest
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition import select as selection
@@ -32,6 +35,7 @@ from aot.partition.partitioner import make_plan, plan_from_groups, single_region
 from aot.partition.plan import GateMode, Plan, validate
 from aot.partition.support import ACCEL, HOST
 from aot.pipeline import Planned, build_planned, plan_model
+from aot.runtime import manifest as mf
 
 Progress = Callable[[str], None]
 MIN_COMPUTE_SWEEP = (1, 2, 4, 8)
@@ -92,8 +96,9 @@ def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed
 
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
             perturbations: int = 8, seed: int = 0, iterations: int = 20,
-            progress: Progress = lambda s: None) -> Collected:
-    """Measure every new candidate plan of ``model`` into ``database``."""
+            progress: Progress = lambda s: None, max_plans: int | None = None) -> Collected:
+    """Measure every new candidate plan of ``model`` into ``database`` (the first ``max_plans``
+    new ones, in candidate order, where given: a later collection measures the rest)."""
     from aot import api, runtime
 
     path, options = api.resolve(model, options)
@@ -115,16 +120,21 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
                 skipped += 1
             else:
                 todo.append((cand, key))
-        progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured")
+        progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured"
+                 + (f", measuring {max_plans} of {len(todo)} new" if max_plans is not None else ""))
+        todo = todo[:max_plans]
         for i, (cand, key) in enumerate(todo):
             out = work / f"c{i}"
             try:
                 result = build_planned(dataclasses.replace(planned, plan=cand.plan), out, options)
                 manifest = result.bundle.manifest
                 inputs = reference.random_inputs(manifest.inputs, seed=0)
-                with costdb.timing_lock(database), runtime.load(result.bundle.path) as session:
-                    times = timing.interleaved([("plan", lambda: session.run(inputs))],
-                                               timing.Schedule(3, iterations))
+                with costdb.timing_lock(database):
+                    with runtime.load(result.bundle.path) as session:
+                        times = timing.interleaved([("plan", lambda: session.run(inputs))],
+                                                   timing.Schedule(3, iterations))
+                    with CheckSession(mf.bundle_dir(result.bundle.path), manifest) as check:
+                        _, per_region = check.profile(inputs, iterations)
             except AotError as e:
                 failed.append((cand.origin, e.message[:200]))
                 progress(f"collect  {cand.origin}: failed: {e.message[:120]}")
@@ -135,11 +145,23 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
             db.add(costdb.Measurement(
                 key=key.key, graph=key.graph, model=str(model), plan_digest=_digest(cand.plan),
                 plan=json.dumps(cand.plan.to_json(), sort_keys=True), fingerprint=fingerprint,
-                versions=json.dumps(dict(manifest.toolchain), sort_keys=True), total_us=total, regions_us=()))
+                versions=json.dumps(dict(manifest.toolchain), sort_keys=True), total_us=total,
+                regions=region_times(planned, result.plan, per_region, {r.name: r.flags for r in manifest.regions})))
             measured += 1
             progress(f"collect  [{i + 1}/{len(todo)}] {cand.origin}: {len(cand.plan.regions)} region(s), "
                      f"{total:.1f} us")
     return Collected(str(model), len(seen), measured, skipped, tuple(failed))
+
+
+def region_times(planned: Planned, plan: Plan, per_region: dict[str, float],
+                 flags: dict[str, tuple[str, ...]]) -> tuple[costdb.RegionTime, ...]:
+    """Each region's median under its digest (``key.region_digest``), in schedule order."""
+    def one(name: str) -> costdb.RegionTime:
+        r = plan.region(name)
+        digest = region_digest(planned.view, r.nodes, r.device.value, flags.get(name, ()))
+        return costdb.RegionTime(name, r.device.value, digest, per_region[name])
+
+    return tuple(one(name) for name in plan.schedule)
 
 
 def _key(planned: Planned, plan: Plan, fingerprint: str) -> PlanKey:

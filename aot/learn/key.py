@@ -107,6 +107,23 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
     return PlanKey(graph, context, hashlib.sha256(f"{graph}/{context}".encode()).hexdigest()[:40])
 
 
+def region_digest(view: GraphView, nodes: tuple[str, ...], device: str, flags: tuple[str, ...] = ()) -> str:
+    """A region's identity wherever it appears: the WL hash of the subgraph its nodes induce
+    (exact labels, inputs and outputs cut where the region's edges leave it), its device and its
+    flags. Names and the region's place in a schedule do not enter it, so the same region in two
+    plans (or two models) has the same digest: what a per-region cost model trains on."""
+    inside = set(nodes)
+    members = [n for n in view.nodes if n.name in inside]
+    produced = {v for n in members for v in n.outputs}
+    inputs = dict.fromkeys(v for n in members for v in n.inputs
+                           if v and v not in produced and v not in view.constants)
+    outputs = [v for n in members for v in n.outputs
+               if v in view.outputs or any(c not in inside for c in view.consumers(v))]
+    sub = GraphView.build(members, inputs, outputs, view.values, view.constants)
+    graph = graph_hash(sub, {n: device for n in inside}, {n: 0 for n in inside})
+    return hashlib.sha256(json.dumps([graph, device, list(flags), KEY_VERSION]).encode()).hexdigest()[:32]
+
+
 def _version(package: str) -> str:
     try:
         return version(package)

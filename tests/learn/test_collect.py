@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -10,10 +12,17 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+import aot.runtime
+from aot import api
 from aot.learn import collect, db as costdb
+from aot.learn import generate as gen
+from aot.learn.key import device_fingerprint
 from aot.options import BuildOptions
-from aot.partition.plan import Plan
+from aot.partition.plan import GateMode, Plan, validate
+from aot.pipeline import plan_model
 from aot.runtime.target import Target
+
+VULKAN = BuildOptions(accel=Target.parse("vulkan"))
 
 
 def _mlp(path):
@@ -42,5 +51,94 @@ def test_collect_measures_each_distinct_plan_once_and_resumes(tmp_path):
         plans = [Plan.from_json(json.loads(r.plan)) for r in rows]
         assert {len(p.regions) for p in plans} >= {1, 2}      # all-host and at least one partition
         assert all(r.fingerprint.startswith("vulkan-spirv:") for r in rows)
+        assert all(len(r.regions) == len(p.regions) and all(t.median_us > 0 for t in r.regions)
+                   for r, p in zip(rows, plans))
     again = collect.collect(model, database, tmp_path / "work", options, perturbations=2, iterations=2)
     assert (again.measured, again.skipped) == (0, first.candidates)   # resumed: nothing measured twice
+
+
+def test_a_generated_graph_gives_distinct_valid_candidates(tmp_path):
+    """No IREE: the enumeration alone, on generated graphs with host-only ops and branches."""
+    for path in gen.write(tmp_path, 3, seed=0):
+        model, options = api.resolve(path, VULKAN)
+        planned = plan_model(model, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+        cands = list(collect.candidates(planned, options, perturbations=4, seed=0))
+        for c in cands:
+            validate(c.plan, planned.view)
+        keys = {collect._key(planned, c.plan, device_fingerprint(options)).key for c in cands}
+        assert len(keys) >= 4, path.name
+        assert 1 in {len(c.plan.regions) for c in cands} and max(len(c.plan.regions) for c in cands) >= 2
+
+
+class _FakeSession:
+    """Stands in for a loaded bundle: runs instantly, profiles every region at 10 us per node."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def run(self, inputs):
+        return ()
+
+    def profile(self, inputs, repeats):
+        return 1.0, {r.name: 10.0 * len(r.nodes) for r in self.plan.regions}
+
+
+def _fake_builds(monkeypatch):
+    """``collect`` with the build and the devices replaced: what it stores, not what IREE does."""
+    built: list[Plan] = []
+
+    def build(planned, out, options):
+        built.append(planned.plan)
+        regions = tuple(SimpleNamespace(name=r.name, flags=("--f",) if r.device.value == "accel" else ())
+                        for r in planned.plan.regions)
+        manifest = SimpleNamespace(inputs=(), toolchain={"iree": "test"}, regions=regions)
+        return SimpleNamespace(bundle=SimpleNamespace(path=out, manifest=manifest), plan=planned.plan)
+
+    monkeypatch.setattr(collect, "build_planned", build)
+    monkeypatch.setattr(collect.reference, "random_inputs", lambda specs, seed: {})
+    monkeypatch.setattr(aot.runtime, "load", lambda path: _FakeSession(built[-1]))
+    monkeypatch.setattr(collect, "CheckSession", lambda path, manifest: _FakeSession(built[-1]))
+    return built
+
+
+def test_each_row_keeps_its_region_times_and_a_resumed_collection_adds_nothing(tmp_path, monkeypatch):
+    built = _fake_builds(monkeypatch)
+    model, database = gen.write(tmp_path / "g", 1, seed=2)[0], tmp_path / "costs.sqlite"
+    first = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    assert first.failed == () and first.measured == first.candidates == len(built) >= 4
+    with costdb.CostDatabase(database) as db:
+        rows = db.rows()
+        assert len(rows) == first.measured and db.region_count() == sum(len(r.regions) for r in rows)
+        for row in rows:
+            plan = Plan.from_json(json.loads(row.plan))
+            assert [t.region for t in row.regions] == list(plan.schedule)
+            assert [t.median_us for t in row.regions] == [10.0 * len(plan.region(t.region).nodes) for t in row.regions]
+            assert {t.device for t in row.regions} <= {"accel", "host"}
+        # plans share regions: the same digest turns up in several rows
+        digests = [t.nodes_digest for r in rows for t in r.regions]
+        assert len(set(digests)) < len(digests)
+        fp = rows[0].fingerprint
+        host = next(r for r in rows if len(r.regions) == 1 and r.regions[0].device == "host").regions[0]
+        hit = db.region_lookup(host.nodes_digest, "host", fp)
+        assert hit is not None and hit.total_us == host.median_us
+    again = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    assert (again.measured, again.skipped) == (0, first.candidates) and len(built) == first.measured
+    with costdb.CostDatabase(database) as db:
+        assert db.count() == first.measured and db.region_count() == sum(len(r.regions) for r in rows)
+
+
+def test_a_collection_capped_at_some_plans_is_finished_by_the_next(tmp_path, monkeypatch):
+    built = _fake_builds(monkeypatch)
+    model, database = gen.write(tmp_path / "g", 1, seed=2)[0], tmp_path / "costs.sqlite"
+    part = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1, max_plans=2)
+    assert (part.measured, part.skipped) == (2, 0) and part.candidates > 2
+    rest = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    assert (rest.measured, rest.skipped) == (part.candidates - 2, 2) and len(built) == part.candidates
+    with costdb.CostDatabase(database) as db:
+        assert len({r.key for r in db.rows()}) == db.count() == part.candidates

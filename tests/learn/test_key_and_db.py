@@ -10,7 +10,7 @@ import pytest
 
 from aot.frontend.graph import GraphView, Node, Value
 from aot.learn import db as costdb
-from aot.learn.key import plan_key
+from aot.learn.key import plan_key, region_digest
 
 
 def _view(prefix: str = "", sub_order=("a", "b"), shape=(1, 8), op="Sub") -> GraphView:
@@ -48,8 +48,12 @@ def test_what_changes_a_timing_misses(change):
     assert changed.key != base.key
 
 
-def _m(key: str = "k1", total: float = 100.0, model: str = "m") -> costdb.Measurement:
-    return costdb.Measurement(key, "g", model, "d", "{}", "fp", "{}", total, (("r0", 60.0), ("r1", 30.0)))
+REGIONS = (costdb.RegionTime("r0", "accel", "dA", 60.0), costdb.RegionTime("r1", "host", "dB", 30.0))
+
+
+def _m(key: str = "k1", total: float = 100.0, model: str = "m", regions=REGIONS,
+       fp: str = "fp") -> costdb.Measurement:
+    return costdb.Measurement(key, "g", model, "d", "{}", fp, "{}", total, regions)
 
 
 def test_rows_are_appended_and_a_lookup_takes_their_median(tmp_path):
@@ -61,7 +65,31 @@ def test_rows_are_appended_and_a_lookup_takes_their_median(tmp_path):
         assert hit is not None and hit.total_us == 110.0 and hit.row_ids == tuple(ids)
         assert db.lookup("nope") is None and db.keys() == {"k1", "k2"}
     with costdb.CostDatabase(path) as again:   # committed: a new process sees every row
-        assert again.count() == 4 and again.rows()[3].regions_us == (("r0", 60.0), ("r1", 30.0))
+        assert again.count() == 4 and again.rows()[3].regions == REGIONS and again.region_count() == 8
+
+
+def test_region_times_round_trip_and_a_region_is_found_across_rows(tmp_path):
+    with costdb.CostDatabase(tmp_path / "c.sqlite") as db:
+        first = db.add(_m("k1"))
+        # another plan (key) holding the same accelerator region, timed slower; and another device set
+        second = db.add(_m("k2", 80.0, regions=(costdb.RegionTime("a", "accel", "dA", 70.0),
+                                                 costdb.RegionTime("b", "host", "dC", 5.0))))
+        db.add(_m("k3", regions=(costdb.RegionTime("r0", "accel", "dA", 1.0),), fp="other"))
+        db.add(_m("k4", regions=()))
+        assert [r.regions for r in db.rows()][:2] == [REGIONS, db.rows()[1].regions]
+        assert db.rows()[3].regions == () and db.rows()[1].regions[1] == costdb.RegionTime("b", "host", "dC", 5.0)
+        hit = db.region_lookup("dA", "accel", "fp")
+        assert hit is not None and hit.total_us == 65.0 and hit.row_ids == (first, second)
+        assert db.region_lookup("dA", "host", "fp") is None and db.region_lookup("dA", "accel", "nope") is None
+
+
+@pytest.mark.parametrize("bad", [(costdb.RegionTime("r0", "accel", "d", float("nan")),),
+                                 (costdb.RegionTime("r0", "accel", "d", 1.0), costdb.RegionTime("r0", "host", "e", 2.0))])
+def test_a_row_with_a_bad_region_time_is_refused_whole(tmp_path, bad):
+    with costdb.CostDatabase(tmp_path / "c.sqlite") as db:
+        with pytest.raises(costdb.CostDatabaseError):
+            db.add(_m(regions=bad))
+        assert db.count() == 0 and db.region_count() == 0
 
 
 @pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0, float("inf") * 0])
@@ -86,6 +114,43 @@ def test_another_schema_is_refused(tmp_path):
         raw.execute("UPDATE meta SET value = '99' WHERE name = 'schema'")
     with pytest.raises(costdb.CostDatabaseError, match="schema 99"):
         costdb.CostDatabase(path)
+
+
+def test_a_schema_1_database_is_refused_with_both_versions_named(tmp_path):
+    path = tmp_path / "costs.sqlite"
+    with sqlite3.connect(path) as raw:   # what the first aot learn collect wrote
+        raw.executescript("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                          "INSERT INTO meta VALUES ('schema', '1');"
+                          "CREATE TABLE measurements (id INTEGER PRIMARY KEY, regions_us TEXT);")
+    with pytest.raises(costdb.CostDatabaseError, match="has schema 1; this aot reads 2"):
+        costdb.CostDatabase(path)
+
+
+def test_another_programs_database_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE songs (title TEXT)")
+    before = path.read_bytes()
+    with pytest.raises(costdb.CostDatabaseError, match="not an aot cost database .*songs"):
+        costdb.CostDatabase(path)
+    assert path.read_bytes() == before
+
+
+def test_a_region_digest_names_the_same_region_in_any_plan_and_nothing_else():
+    view, renamed = _view(), _view("renamed/")
+    both = region_digest(view, ("relu", "exp"), "accel")
+    assert both == region_digest(renamed, ("renamed/relu", "renamed/exp"), "accel")
+    assert region_digest(view, ("exp", "relu"), "accel") == both          # a set of nodes, not a list
+    others = {region_digest(view, ("relu", "exp"), "host"), region_digest(view, ("relu",), "accel"),
+              region_digest(view, ("relu", "exp"), "accel", ("--some-flag",)),
+              region_digest(_view(shape=(1, 9)), ("relu", "exp"), "accel"),
+              region_digest(view, ("sub",), "accel")}
+    assert both not in others and len(others) == 5
+    # Sub(relu, exp) and Sub(exp, relu) with exp inside: the operand order is in the edge labels. (Sub
+    # alone is the same computation either way: its inputs are numbered by first use.)
+    swapped = _view(sub_order=("b", "a"))
+    assert region_digest(view, ("exp", "sub"), "accel") != region_digest(swapped, ("exp", "sub"), "accel")
+    assert region_digest(view, ("sub",), "accel") == region_digest(swapped, ("sub",), "accel")
 
 
 def _hold(path: str, seconds: float, ready) -> None:
