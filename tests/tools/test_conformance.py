@@ -31,8 +31,8 @@ def test_pinned_subset_pass_count():
 
 # One or two cases of every family that function expansion (frontend/expand.py) or a legalization
 # (frontend/legalize/) serves, and of the variants refused at load (legalize/unlowerable.py): each
-# failed to compile, computed wrongly or crashed before. The two that still fail: bf16 attention
-# differs by one bf16 step from the reference, and the volumetric AffineGrid's body needs its size.
+# failed to compile, computed wrongly or crashed before. bf16 attention still differs by one bf16
+# step from the reference; the two refused cases must fail with the refusal's clear message.
 REWRITTEN_SUBSET = (
     r"^test_(rms_normalization_2d_axis0|rotary_embedding|rotary_embedding_interleaved|attention_4d"
     r"|attention_4d_causal|attention_4d_gqa|attention_3d_causal_bf16|nllloss_NCd1|sce_mean|sce_mean_3d"
