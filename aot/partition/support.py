@@ -108,6 +108,18 @@ ATTRIBUTE_RULES: dict[str, tuple[tuple[str, str, frozenset, str], ...]] = {
     ),
 }
 
+# Ops whose integer form a target computes wrongly: measured on lavapipe, a MatMul over int32
+# (QLinearMatMul's legalized form: node tests qlinearmatmul_3D_*, off by up to 83) and
+# MatMulInteger (-1 where the answer is -38); llvm-cpu computes both exactly.
+_INTEGER_MATMUL = "IREE 3.13's SPIR-V code computes integer matrix products wrongly (measured)"
+INTEGER_HOST_OPS: dict[str, dict[str, str]] = {
+    "vulkan-spirv": {"MatMul": _INTEGER_MATMUL, "MatMulInteger": _INTEGER_MATMUL, "Gemm": _INTEGER_MATMUL},
+}
+
+# Targets that cannot hold a tensor with no elements: lavapipe crashed (SIGSEGV) running a
+# ReduceSum over a [3, 0, 4]-shaped input (node test reduce_sum_empty_set_non_reduced_axis_zero).
+EMPTY_TENSORS: dict[str, str] = {"vulkan-spirv": "IREE 3.13's Vulkan runtime crashes on empty tensors (measured)"}
+
 # Element types an accelerator target cannot compute with.
 BANNED_DTYPES: dict[str, dict[str, str]] = {
     "vulkan-spirv": {"float64": "float64 is not supported by SPIR-V targets without Float64"},
@@ -141,6 +153,8 @@ class SupportTable:
     banned_dtypes: Mapping[str, str] = field(default_factory=dict)
     boundary_banned_dtypes: Mapping[str, str] = field(default_factory=dict)
     attribute_rules: tuple[tuple[str, str, frozenset, str], ...] = ()
+    integer_host_ops: Mapping[str, str] = field(default_factory=dict)   # op -> why its integer form stays home
+    empty_tensors: str = ""   # why a node with an empty tensor stays on the host ("": it need not)
     max_rank: int = 6
 
     @classmethod
@@ -148,7 +162,7 @@ class SupportTable:
         prefix = f"{target}."
         ops = {k[len(prefix):]: v for k, v in HOST_ONLY.items() if k.startswith(prefix)}
         return cls(target, ops, BANNED_DTYPES.get(target, {}), BOUNDARY_BANNED_DTYPES.get(target, {}),
-                   ATTRIBUTE_RULES.get(target, ()))
+                   ATTRIBUTE_RULES.get(target, ()), INTEGER_HOST_OPS.get(target, {}), EMPTY_TENSORS.get(target, ""))
 
     def may_cross(self, node: Node, value: str, view: GraphView) -> Decision:
         """May ``value`` (an output of ``node``) leave its region?"""
@@ -165,8 +179,14 @@ class SupportTable:
         for op, attr, values, why in self.attribute_rules:
             if node.op_type == op and node.attr(attr) in values:
                 return Decision(False, f"{self.target}.{op} with {attr}={node.attr(attr)}: {why}")
+        if node.op_type in self.integer_host_ops and any(
+                view.values[v].dtype.startswith(("int", "uint")) for v in node.inputs[:2]):
+            return Decision(False, f"{self.target}.{node.op_type} on integers: {self.integer_host_ops[node.op_type]}")
         for v in (*node.inputs, *node.outputs):
             value = view.values[v]
+            if value.shape is not None and 0 in value.shape and self.empty_tensors:
+                return Decision(False, f"{self.target}: tensor {v!r} has no elements ({list(value.shape)}): "
+                                       f"{self.empty_tensors}")
             if value.dtype in self.banned_dtypes:
                 return Decision(False, f"{self.target}: tensor {v!r} is {value.dtype}: {self.banned_dtypes[value.dtype]}")
             if value.shape is None:

@@ -34,3 +34,20 @@ def test_matmul_integer_runs_on_the_host_for_vulkan():
     view = _view(node, [("a", T.UINT8, [2, 3]), ("b", T.UINT8, [3, 2])], ("y", T.INT32, [2, 2]))
     decision = SupportTable.for_target("vulkan-spirv").decide(view.node("mmi"), view)
     assert not decision.supported and "MatMulInteger wrongly" in decision.reason
+
+
+@pytest.mark.parametrize("dtype,to_host", [(T.INT32, True), (T.FLOAT, False)])
+def test_an_integer_matmul_runs_on_the_host_for_vulkan(dtype, to_host):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    view = _view(node, [("a", dtype, [2, 2, 3]), ("b", dtype, [3, 2])], ("y", dtype, [2, 2, 2]))
+    decision = SupportTable.for_target("vulkan-spirv").decide(view.node("mm"), view)
+    assert decision.supported is not to_host and ("integer" in decision.reason) is to_host
+    assert SupportTable.for_target("cuda").decide(view.node("mm"), view).supported
+
+
+def test_a_node_with_an_empty_tensor_runs_on_the_host_for_vulkan():
+    node = helper.make_node("Relu", ["x"], ["y"], name="r")
+    view = _view(node, [("x", T.FLOAT, [3, 0, 4])], ("y", T.FLOAT, [3, 0, 4]))
+    decision = SupportTable.for_target("vulkan-spirv").decide(view.node("r"), view)
+    assert not decision.supported and "no elements" in decision.reason
+    assert SupportTable.for_target("cuda").decide(view.node("r"), view).supported
