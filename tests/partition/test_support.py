@@ -45,9 +45,11 @@ def test_an_integer_matmul_runs_on_the_host_for_vulkan(dtype, to_host):
     assert SupportTable.for_target("cuda").decide(view.node("mm"), view).supported
 
 
-def test_a_node_with_an_empty_tensor_runs_on_the_host_for_vulkan():
-    node = helper.make_node("Relu", ["x"], ["y"], name="r")
-    view = _view(node, [("x", T.FLOAT, [3, 0, 4])], ("y", T.FLOAT, [3, 0, 4]))
+@pytest.mark.parametrize("op,to_host", [("ReduceSum", True), ("Relu", False)])
+def test_a_reduction_of_an_empty_tensor_runs_on_the_host_for_vulkan(op, to_host):
+    node = helper.make_node(op, ["x"], ["y"], name="r", **({"keepdims": 1} if op == "ReduceSum" else {}))
+    out = [1, 1, 1] if op == "ReduceSum" else [3, 0, 4]
+    view = _view(node, [("x", T.FLOAT, [3, 0, 4])], ("y", T.FLOAT, out))
     decision = SupportTable.for_target("vulkan-spirv").decide(view.node("r"), view)
-    assert not decision.supported and "no elements" in decision.reason
+    assert decision.supported is not to_host and ("no elements" in decision.reason) is to_host
     assert SupportTable.for_target("cuda").decide(view.node("r"), view).supported
