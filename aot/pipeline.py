@@ -218,9 +218,9 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
             staged = _tuned(staged, planned, compile_, options, progress)
             clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
         if _should_measure(staged, options) and planned.greedy is not None:
-            staged = _measured_order(staged, planned, planned.greedy, compile_, ws, progress)
+            staged = _measured_order(staged, planned, planned.greedy, compile_, progress)
         if _should_measure(staged, options):
-            staged = _measured_gate(staged, planned, compile_, ws, progress)
+            staged = _measured_gate(staged, planned, compile_, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
         if options.memory_limits and staged.record.partition.memory is not None:
@@ -354,15 +354,15 @@ def _should_measure(staged: Staged, options: BuildOptions) -> bool:
     return options.gate is GateMode.MEASURED and options.plan_file is None and len(staged.plan.regions) > 1
 
 
-def _measured_order(staged: Staged, planned: Planned, greedy: Plan, compile_: _Compiler, ws: Workspace,
-                    progress: Progress) -> Staged:
+def _measured_order(staged: Staged, planned: Planned, greedy: Plan, compile_: _Compiler, progress: Progress) -> Staged:
     """Time the searched plan against the greedy one it replaced; keep the faster. The lane
     model chose the searched plan from estimates; this is the same choice on the devices."""
     searched = planned.record.order_search
     assert searched is not None
     other = compile_(greedy, "greedy-order")
-    searched_us, _ = measure.profile(staged.path, staged.manifest, ws.cache)
-    greedy_us, _ = measure.profile(other.path, other.manifest, ws.cache)
+    got = measure.side_by_side([measure.Contender("searched", staged.path, staged.manifest),
+                                measure.Contender("greedy", other.path, other.manifest)])
+    searched_us, greedy_us = got["searched"].whole_us, got["greedy"].whole_us
     outcome = searched.measured(greedy_us, searched_us)
     progress(f"measure  searched order {searched_us:.1f} us vs greedy {greedy_us:.1f} us (medians): "
              f"kept the {outcome.kept.value} plan")
@@ -371,12 +371,13 @@ def _measured_order(staged: Staged, planned: Planned, greedy: Plan, compile_: _C
     return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part))
 
 
-def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, ws: Workspace,
-                   progress: Progress) -> Staged:
+def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, progress: Progress) -> Staged:
     """Time the partitioned bundle and the whole model on the host; keep whichever is faster."""
     whole = compile_(whole_model(planned).plan, "whole-host")
-    part_us, per_region = measure.profile(staged.path, staged.manifest, ws.cache)
-    host_us, host_regions = measure.profile(whole.path, whole.manifest, ws.cache)
+    got = measure.side_by_side([measure.Contender("partitioned", staged.path, staged.manifest),
+                                measure.Contender("whole", whole.path, whole.manifest)])
+    part_us, host_us = got["partitioned"].whole_us, got["whole"].whole_us
+    per_region, host_regions = got["partitioned"].regions, got["whole"].regions
     accepted = part_us < host_us
     detail = f"measured partitioned {part_us:.1f} us vs whole model on the host {host_us:.1f} us (medians)"
     gate = Gate(accepted, part_us, host_us, None, detail, measured=True)

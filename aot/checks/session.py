@@ -3,7 +3,8 @@ measurements need and a deployment never should.
 
 - ``run_region``: one region alone, on inputs the caller chose (verification feeds it the
   reference's intermediates; ``aot bench-replay`` times it);
-- ``profile``: the median time of each region on its own device, and of whole runs;
+- ``region_times`` / ``profile``: the median time of each region on its own device, and of whole
+  runs;
 - ``check_device=False``: open a device that does not match what a module was compiled for
   (verification wants to see what such a module really computes there).
 
@@ -44,10 +45,10 @@ class CheckSession(Session):
         finally:
             values.clear()
 
-    def profile(self, inputs: Mapping[str, Any], repeats: int = 20) -> tuple[float, dict[str, float]]:
-        """Median wall time of a whole run and of each region on its own device (microseconds),
-        each region timed on the real intermediates of one run. Device work is synchronous in
-        FunctionInvoker calls, so wall time covers it."""
+    def region_times(self, inputs: Mapping[str, Any], repeats: int = 20) -> dict[str, float]:
+        """Median wall time of each region on its own device (microseconds), each region timed on
+        the real intermediates of one run. Device work is synchronous in FunctionInvoker calls, so
+        wall time covers it."""
         checked = check_inputs(self._inputs, inputs)
         values: dict[str, tuple[str | None, Any]] = {k: (None, v) for k, v in checked.items()}
         per_region: dict[str, float] = {}
@@ -60,4 +61,10 @@ class CheckSession(Session):
                 self._run_region(name, values)
         finally:
             values.clear()
+        return per_region
+
+    def profile(self, inputs: Mapping[str, Any], repeats: int = 20) -> tuple[float, dict[str, float]]:
+        """(median wall time of a whole run, ``region_times``), microseconds."""
+        per_region = self.region_times(inputs, repeats)
+        checked = check_inputs(self._inputs, inputs)
         return timing.median_us(timing.repeat(lambda: self.run(checked), repeats)), per_region
