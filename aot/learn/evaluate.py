@@ -19,7 +19,7 @@ import numpy as np
 
 from aot.learn.dataset import Dataset, GraphData
 from aot.learn.features import PLAN_SCALARS, accel_share
-from aot.learn.train import ModeChoice, TrainingError, fit
+from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
 from aot.partition.support import ACCEL, HOST
 
 MIN_PLANS = 20     # the floor for a held-out model's score to mean much
@@ -91,8 +91,8 @@ def best_class(g: GraphData) -> str:
     return "all-host" if devices == {HOST} else "all-accel" if devices == {ACCEL} else "mixed"
 
 
-def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO,
-             progress: Callable[[str], None] = lambda s: None) -> Evaluation:
+def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Callable[[str], None] = lambda s: None,
+             estimators: int = 200) -> Evaluation:
     real = [g for g in data.graphs if not g.generated]
     if not real:
         raise TrainingError("the database holds no real (non-generated) model to hold out",
@@ -103,7 +103,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO,
         if not train.graphs:
             progress(f"eval  {g.model}: nothing left to train on, skipped")
             continue
-        model = fit(train, choice)
+        model = fit(train, choice, estimators)
         measured = np.array([p.total_us for p in g.plans])
         shapes = [p.shape for p in g.plans]
         predictions = {
@@ -120,7 +120,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO,
     for g in data.graphs:
         classes[best_class(g)] = classes.get(best_class(g), 0) + 1
     return Evaluation(tuple(held), tuple(sorted(classes.items())), len(data.graphs),
-                      sum(len(g.plans) for g in data.graphs), data.rows(), fit(data, choice).mode.value)
+                      sum(len(g.plans) for g in data.graphs), data.rows(), choose_mode(data, choice).value)
 
 
 def _roofline_terms(shapes: Sequence) -> np.ndarray:
