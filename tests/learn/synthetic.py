@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import onnx
+import pytest
 
 from aot import api
 from aot.learn import collect, db as costdb
@@ -66,3 +67,35 @@ def fill(database: Path, paths: list[Path], perturbations: int = 8) -> int:
                                           fingerprint, "{}", total, regions))
                 added += 1
     return added
+
+
+def graph(edges: list[tuple[str, str]], shape: tuple[int, ...] = (1, 8)):
+    """A GraphView of Conv nodes from edges ("A", "B"), as tests/conftest.py's ``graph`` (whose
+    module name this folder's conftest shadows)."""
+    from aot.frontend.graph import GraphView, Node, Value
+
+    names = list(dict.fromkeys([n for e in edges for n in e]))
+    nodes = [Node(n, "Conv", tuple(f"{a}.out" for a, b in edges if b == n), (f"{n}.out",)) for n in names]
+    sinks = [f"{n}.out" for n in names if not any(a == n for a, _ in edges)]
+    return GraphView.build(nodes, [], sinks, {f"{n}.out": Value(f"{n}.out", "float32", shape) for n in names})
+
+
+# Fixtures (imported by the test modules: a conftest.py here would shadow tests/conftest.py's name).
+@pytest.fixture(scope="session")
+def synthetic_db(tmp_path_factory):
+    """Two "real" models and one generated graph, every distinct candidate plan timed by a rule."""
+    folder = tmp_path_factory.mktemp("synthetic")
+    database = folder / "costs.sqlite"
+    paths = models(folder, real=2, generated=1)
+    fill(database, paths, perturbations=4)
+    return database, paths
+
+
+@pytest.fixture(scope="session")
+def trained_model(synthetic_db, tmp_path_factory):
+    pytest.importorskip("sklearn", reason="the [learn] extra (scikit-learn) is not installed")
+    from aot.learn.dataset import load_dataset
+    from aot.learn.train import fit
+
+    data = load_dataset(synthetic_db[0], VULKAN)
+    return fit(data, estimators=60).save(tmp_path_factory.mktemp("model") / "model.json")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aot.checks.compare import assert_close
 from aot.errors import AotError
 from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
@@ -27,6 +28,7 @@ sklearn = pytest.importorskip("sklearn.ensemble", reason="the [learn] extra (sci
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import synthetic  # noqa: E402
+from synthetic import synthetic_db  # noqa: E402,F401 - a fixture
 
 
 def _data(seed: int = 0, n: int = 400, width: int = 12):
@@ -44,11 +46,13 @@ def test_numpy_trees_predict_exactly_what_sklearn_predicts(seed):
     clf = sklearn.GradientBoostingClassifier(n_estimators=40, max_depth=3, random_state=seed).fit(x, y > 0)
     probe = np.vstack([_data(seed + 10)[0], x[:50]])
     forest = Forest.from_json(json.loads(json.dumps(from_sklearn(reg, x).to_json())), "test")
-    ours, theirs = forest.raw(probe), reg.predict(probe)
-    assert np.all(np.isfinite(ours)) and np.abs(ours - theirs).max() < 1e-9
+    ours = forest.raw(probe)
+    assert np.all(np.isfinite(ours))
+    assert_close(ours, reg.predict(probe), atol=1e-9, what="regressor")
     cforest = Forest.from_json(json.loads(json.dumps(from_sklearn(clf, x).to_json())), "test")
     p = cforest.probability(probe)
-    assert np.all(np.isfinite(p)) and np.abs(p - clf.predict_proba(probe)[:, 1]).max() < 1e-9
+    assert np.all(np.isfinite(p))
+    assert_close(p, clf.predict_proba(probe)[:, 1], atol=1e-9, what="classifier")
 
 
 def test_a_forest_refuses_trees_that_point_outside_themselves_or_the_wrong_width():
@@ -149,7 +153,7 @@ def test_kendall_tau_is_tau_b_and_regret_counts_ties_against_the_chooser():
 
 
 def test_features_ignore_names_and_see_devices():
-    from conftest import graph
+    from synthetic import graph
 
     a = graph([("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")])
     b = graph([("p", "q"), ("p", "r"), ("q", "s"), ("r", "s")])
@@ -163,17 +167,9 @@ def test_features_ignore_names_and_see_devices():
     assert all(np.all(np.isfinite(s.regions)) and np.all(np.isfinite(s.plan)) for s in (host, split))
 
 
-@pytest.fixture(scope="module")
-def synthetic_db(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("synthetic")
-    database = folder / "costs.sqlite"
-    synthetic.fill(database, synthetic.models(folder, real=2, generated=1), perturbations=4)
-    return database
-
-
 @pytest.mark.slow    # builds a synthetic database (partitions every candidate) and fits several forests
 def test_train_fits_both_modes_and_eval_holds_out_only_real_models(synthetic_db):
-    data = load_dataset(synthetic_db, synthetic.VULKAN)
+    data = load_dataset(synthetic_db[0], synthetic.VULKAN)
     assert len(data.graphs) == 3 and sum(g.generated for g in data.graphs) == 1 and not data.skipped
     for choice, mode in ((ModeChoice.REGIONS, Mode.REGIONS), (ModeChoice.PLAN, Mode.PLAN)):
         model = fit(data, choice, estimators=60)
