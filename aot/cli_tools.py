@@ -207,9 +207,9 @@ def _cmd_learn_train(args: argparse.Namespace) -> int:
     data = load_dataset(Path(args.db), args_.build_options(args), progress=say)
     for model, why in data.skipped:
         say(f"learn  skipped {model}: {why}")
-    model = fit(data, ModeChoice(args.mode))
-    model.save(Path(args.output))
-    say("learn  " + ", ".join(f"{k} {v}" for k, v in model.summary) + f"; training set {model.training_set}")
+    learned = fit(data, ModeChoice(args.mode))
+    learned.save(Path(args.output))
+    say("learn  " + ", ".join(f"{k} {v}" for k, v in learned.summary) + f"; training set {learned.training_set}")
     print(args.output)
     return 0
 

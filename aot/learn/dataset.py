@@ -114,7 +114,8 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
                                       statistics.median(m.total_us for m in group),
                                       _region_medians(plan, group), len(group)))
         if plans:
-            graphs.append(GraphData(model, planned.source.model.producer_name == GENERATOR, view, codes,
+            producer = getattr(getattr(planned.source, "model", None), "producer_name", "")   # ONNX only
+            graphs.append(GraphData(model, producer == GENERATOR, view, codes,
                                     node_features(view, codes), tuple(plans)))
             progress(f"learn  {model}: {len(plans)} plan(s), {sum(p.rows for p in plans)} row(s)")
     return Dataset(tuple(graphs), fingerprint, tuple(skipped))

@@ -64,7 +64,7 @@ class Evaluation:
                      float(np.mean([h.score(p).regret for h in self.held_out])))
 
 
-def kendall_tau(predicted: Sequence[float], measured: Sequence[float]) -> float:
+def kendall_tau(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> float:
     """Kendall's tau-b (ties in either list handled); 0.0 where one list is constant."""
     a, b = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     if len(a) != len(b) or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
@@ -78,7 +78,7 @@ def kendall_tau(predicted: Sequence[float], measured: Sequence[float]) -> float:
     return concordant_minus_discordant / np.sqrt(pairs_a * pairs_b)
 
 
-def top1_regret(predicted: Sequence[float], measured: Sequence[float]) -> float:
+def top1_regret(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> float:
     """Measured time of the predicted-best plan over the measured best, minus one. Where several
     plans tie for predicted-best, the worst of them counts: a tie is not a choice."""
     a, b = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)

@@ -88,8 +88,8 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
             warnings.simplefilter("ignore", UserWarning)
             hashes = nx.weisfeiler_lehman_subgraph_hashes(g, edge_attr="d", node_attr="label",
                                                           iterations=WL_ITERATIONS, digest_size=8)
-        for i, n in enumerate(names):
-            for h in (g.nodes[n]["label"], *hashes[n]):
+        for i, name in enumerate(names):
+            for h in (g.nodes[name]["label"], *hashes[name]):
                 bins[i, _bin(h)] += 1
     return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok, bins)
 

@@ -46,7 +46,8 @@ def _sklearn() -> Any:
 
 def region_rows(data: Dataset) -> tuple[np.ndarray, np.ndarray]:
     """(features, log1p us) of every region with a measured time."""
-    xs, ys = [], []
+    xs: list[np.ndarray] = []
+    ys: list[float] = []
     for g in data.graphs:
         for p in g.plans:
             if p.region_us is not None:
@@ -120,13 +121,14 @@ def _proposer(ensemble: Any, data: Dataset, estimators: int) -> Forest:
     """Per node: did the graph's best measured plan put it on the accelerator? Where every label
     is the same (here, often: every best plan all on the host) no tree can split: the forest is
     that class's smoothed log-odds alone."""
-    xs, ys = [], []
+    xs: list[np.ndarray] = []
+    ys: list[bool] = []
     for g in data.graphs:
         best = g.best().plan
         accel = {n for r in best.regions if r.device.value == "accel" for n in r.nodes}
         xs.append(g.nodes)
         ys.extend(name in accel for name in g.codes.names)
-    x, y = np.concatenate(xs), np.array(ys, dtype=bool)
+    x, y = np.concatenate(xs), np.array(ys, dtype=np.bool_)
     if y.all() or not y.any():
         p = (y.sum() + 1.0) / (len(y) + 2.0)
         return Forest(float(np.log(p / (1 - p))), 1.0, x.shape[1], ())
