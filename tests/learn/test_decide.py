@@ -146,3 +146,20 @@ def test_the_command_line_takes_the_learned_settings_and_refuses_a_bad_margin():
         ("learned", GateMode.LEARNED, 0.1, True)
     with pytest.raises((UsageError, FlagUsageError, SystemExit)):
         cli_args.build_options(p.parse_args(["--gate-margin", "1.5"]))
+
+
+def test_each_threshold_of_the_proposer_gives_a_repaired_validated_candidate(synthetic_db, trained_model,
+                                                                            monkeypatch):
+    # Probabilities spread from 0 to 1 over the nodes: each threshold sends a different set to the host.
+    monkeypatch.setattr(LearnedModel, "accel_probability", lambda self, x: np.linspace(0.0, 1.0, len(x)))
+    planned = _plan(synthetic_db[1][0], gate=GateMode.OFF)
+    est = decide.estimator(planned.view, planned.options, _options(cost_model=trained_model))
+    cands = decide.candidates(est, planned.options)
+    assert [name for name, _ in cands][:1] == ["greedy"] and len(cands) >= 3
+    for name, plan in cands[1:]:
+        validate(plan, planned.view)
+        t = float(name.split()[-1])
+        low = {n for i, n in enumerate(est.codes.names) if i / (len(est.codes.names) - 1) < t}
+        on_host = {n for r in plan.regions if r.device == HOST for n in r.nodes}
+        assert low <= on_host, name       # every node under the threshold went to the host
+        assert any("learned proposer" in why for _, why in plan.reasons)
