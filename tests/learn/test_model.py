@@ -196,3 +196,23 @@ def test_training_data_errors_name_the_file(tmp_path):
     (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
     with pytest.raises(AotError, match="junk.sqlite"):
         load_dataset(tmp_path / "junk.sqlite", synthetic.VULKAN)
+
+
+@pytest.mark.slow    # three `aot` processes, each loading the synthetic database's models
+def test_the_train_and_eval_commands(synthetic_db, tmp_path):
+    from conftest import run_aot
+
+    database = str(synthetic_db[0])
+    out = tmp_path / "model.json"
+    train = run_aot("learn", "train", "--db", database, "--accel", "vulkan", "-o", str(out), "--mode", "regions")
+    assert train.stdout.strip() == str(out) and "mode regions" in train.stderr
+    model = LearnedModel.load(out)
+    assert model.mode is Mode.REGIONS and dict(model.summary)["graphs"] == "3" and model.policy is not None
+    figures = tmp_path / "eval.json"
+    ev = run_aot("learn", "eval", "--db", database, "--accel", "vulkan", "--json", str(figures))
+    assert "always all-host" in ev.stdout and "fitted roofline" in ev.stdout
+    data = json.loads(figures.read_text())
+    assert len(data["held_out"]) == 2 and sum(data["best_classes"].values()) == 3
+    assert all(np.isfinite(h[p]["tau"]) for h in data["held_out"] for p in ("learned", "fitted roofline"))
+    missing = run_aot("learn", "train", "--db", str(tmp_path / "none.sqlite"), check=False)
+    assert missing.returncode == 1 and "ERROR: no cost database" in missing.stderr and "none.sqlite" in missing.stderr
