@@ -163,3 +163,33 @@ def test_each_threshold_of_the_proposer_gives_a_repaired_validated_candidate(syn
         on_host = {n for r in plan.regions if r.device == HOST for n in r.nodes}
         assert low <= on_host, name       # every node under the threshold went to the host
         assert any("learned proposer" in why for _, why in plan.reasons)
+
+
+def test_a_learned_gate_round_trips_through_the_plan_and_record_and_the_report_shows_it():
+    from conftest import small_manifest, small_record
+
+    from aot import report
+    from aot.record import BuildRecord
+
+    gate = decide.Gate(False, 90.0, 100.0, None, "detail", source=CostSource.DATABASE, rows=(3, 7),
+                       measured_us=120.0)
+    plan = dataclasses.replace(single_region_plan(synthetic.graph([("A", "B")])), gate=gate)
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))).gate == gate
+    old = plan.to_json()
+    for k in ("source", "rows", "measured_us"):
+        del old["gate"][k]
+    assert Plan.from_json(old).gate.source is None          # a plan file from before keeps loading
+    line = gate.prediction_line()
+    assert "cost source: database" in line and "predicted 100.0 us" in line and "measured 120.0 us" in line
+    assert "1.20x" in line and "database rows 3, 7" in line
+    assert decide.Gate(True, 1.0, 2.0, None, "roofline gate").prediction_line() is None
+    rec = small_record()
+    rec = dataclasses.replace(rec, partition=dataclasses.replace(rec.partition, gate=gate))
+    rec = BuildRecord.from_json(json.loads(json.dumps(rec.to_json())))     # as record.json keeps it
+    assert rec.partition.gate == gate
+    from aot.runtime.manifest import BoundaryTensor
+
+    manifest = dataclasses.replace(small_manifest(), boundary_tensors=(   # the report sizes every boundary
+        ("x", BoundaryTensor("float32", (1, 2), 8)), ("y", BoundaryTensor("float32", (1, 2), 8))))
+    text = report.text(manifest, rec)
+    assert "cost source: database; predicted 100.0 us for the shipped plan, measured 120.0 us" in text
