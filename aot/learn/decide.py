@@ -123,9 +123,12 @@ def decide(view: GraphView, popts: PartitionOptions, options: "BuildOptions") ->
     est = estimator(view, popts, options)
     if popts.policy == policies.LEARNED:
         costed = [(name, plan, est.cost(plan)) for name, plan in candidates(est, popts)]
+        # Sources may differ between candidates (one measured, another predicted): the database's
+        # median is the better estimate of that plan, so it is compared as it is.
         name, plan, cost = min(costed, key=lambda c: c[2].us)
         detail = f"learned policy chose {name} of: " + "; ".join(f"{n} {c.us:.1f} us ({c.source.value})"
                                                                  for n, _, c in costed)
+        detail += f" ({est.fallback}: the proposer needs one)" if est.fallback else ""
     else:
         plan = partition(view, dataclasses.replace(popts, gate=GateMode.OFF)).plan
         cost, detail = est.cost(plan), ""
@@ -133,6 +136,8 @@ def decide(view: GraphView, popts: PartitionOptions, options: "BuildOptions") ->
         plan = learned_gate(plan, view, est, cost, options.gate_margin, detail)
     elif popts.gate is GateMode.ROOFLINE and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, est.roofline, all_accel_ok=False)
+        if detail and plan.gate is not None:   # the record says how the learned policy chose, beside the gate
+            plan = dataclasses.replace(plan, gate=dataclasses.replace(plan.gate, detail=f"{plan.gate.detail}; {detail}"))
     return Partitioned(plan, None)
 
 

@@ -193,3 +193,10 @@ def test_a_learned_gate_round_trips_through_the_plan_and_record_and_the_report_s
         ("x", BoundaryTensor("float32", (1, 2), 8)), ("y", BoundaryTensor("float32", (1, 2), 8))))
     text = report.text(manifest, rec)
     assert "cost source: database; predicted 100.0 us for the shipped plan, measured 120.0 us" in text
+
+
+def test_the_learned_policy_without_a_model_keeps_the_greedy_plan_and_says_why(synthetic_db):
+    planned = _plan(synthetic_db[1][0], policy="learned", gate=GateMode.LEARNED)
+    g = planned.plan.gate
+    assert "learned policy chose greedy" in g.detail and "the proposer needs one" in g.detail
+    assert g.source is CostSource.ROOFLINE and "no learned model" in g.fallback
