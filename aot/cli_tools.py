@@ -70,6 +70,22 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     args_.add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
+    lt = lsub.add_parser("train", help="fit the learned cost model and proposer on a cost database; write them "
+                                       "as JSON trees a build evaluates with numpy (needs the [learn] extra)")
+    lt.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
+    lt.add_argument("-o", "--output", default="artifacts/learn/model.json", help="the model file (written atomically)")
+    lt.add_argument("--mode", default="auto", choices=[m.value for m in _learn_modes()],
+                    help="regions: region times through the lane simulation; plan: plan times directly; auto: "
+                         "regions when the database holds enough region rows")
+    args_.add_options(lt)
+    lt.set_defaults(func=_cmd_learn_train)
+    le = lsub.add_parser("eval", help="leave one real model out at a time: Kendall's tau and top-1 regret of the "
+                                      "learned model beside three baselines (needs the [learn] extra)")
+    le.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
+    le.add_argument("--mode", default="auto", choices=[m.value for m in _learn_modes()])
+    le.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args_.add_options(le)
+    le.set_defaults(func=_cmd_learn_eval)
     lg = lsub.add_parser("generate", help="seeded random graphs of deployed blocks (conv, matmul, attention, "
                                           "elementwise, host-only ops, branches) as ONNX models, for training")
     lg.add_argument("-o", "--output", required=True, help="folder for gen-SEED-INDEX.onnx")
@@ -172,6 +188,51 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
     print(args.db)
+    return 0
+
+
+def _learn_modes() -> list:
+    from aot.learn.train import ModeChoice
+
+    return list(ModeChoice)
+
+
+def _cmd_learn_train(args: argparse.Namespace) -> int:
+    from aot.learn.dataset import load_dataset
+    from aot.learn.train import ModeChoice, fit
+
+    def say(s: str) -> None:
+        print(s, file=sys.stderr)
+
+    data = load_dataset(Path(args.db), args_.build_options(args), progress=say)
+    for model, why in data.skipped:
+        say(f"learn  skipped {model}: {why}")
+    learned = fit(data, ModeChoice(args.mode))
+    learned.save(Path(args.output))
+    say("learn  " + ", ".join(f"{k} {v}" for k, v in learned.summary) + f"; training set {learned.training_set}")
+    print(args.output)
+    return 0
+
+
+def _cmd_learn_eval(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from aot.learn import evaluate
+    from aot.learn.dataset import load_dataset
+    from aot.learn.train import ModeChoice
+
+    data = load_dataset(Path(args.db), args_.build_options(args), progress=lambda s: print(s, file=sys.stderr))
+    result = evaluate.evaluate(data, ModeChoice(args.mode), progress=lambda s: print(s, file=sys.stderr))
+    print(evaluate.render(result))
+    if args.json:
+        from aot.runtime.atomic import write_json
+
+        write_json(Path(args.json), {
+            "graphs": result.graphs, "plans": result.plans, "rows": result.rows, "mode": result.mode,
+            "best_classes": dict(result.best_classes),
+            "mean": {p.value: dataclasses.asdict(result.mean(p)) for p in evaluate.Predictor},
+            "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores}}
+                         for h in result.held_out]})
     return 0
 
 

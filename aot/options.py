@@ -150,6 +150,13 @@ def _group_count(text: str, flag: str) -> int:
     return value
 
 
+def _fraction(text: str, flag: str) -> float:
+    value = float(_number(float, text, flag))
+    if not 0.0 <= value < 1.0:
+        raise UsageError(f"bad {flag} {text!r}: give a fraction from 0 to below 1 (0.05: 5%)")
+    return value
+
+
 def _positive(text: str, flag: str) -> int:
     value = _number(int, text, flag)
     if value < 1:
@@ -211,8 +218,9 @@ class BuildOptions:
         "--min-compute", "accelerator regions with fewer compute nodes stay on the host",
         parse=lambda t: _number(int, t, "--min-compute")))
     policy: str = option("greedy", Flag(
-        "--policy", "region-forming policy: cycle-free greedy merging, or depth-growth",
-        choices=lambda: policies.names()))
+        "--policy", "region-forming policy: cycle-free greedy merging, depth-growth, or learned (a per-node "
+        "classifier's candidate plans, merged greedily, ranked by the cost database or the learned cost model; "
+        "--cost-model)", choices=lambda: (*policies.names(), policies.LEARNED)))
     select: str = option("all", Flag(
         "--select", "which accelerator regions to keep (the rest run on the host)", choices=lambda: select.MODES))
     threshold: int = option(0, Flag(
@@ -220,11 +228,24 @@ class BuildOptions:
         parse=lambda t: _number(int, t, "--threshold")))
     gate: GateMode = option(GateMode.ROOFLINE, Flag(
         "--gate", "ship the partition only when it beats one device: as the cost model estimates it "
-        "(roofline), as timed on the real devices (measured), or always (off)",
+        "(roofline), as timed on the real devices (measured), as the cost database or the learned cost model "
+        "says by --gate-margin (learned), or always (off)",
         parse=GateMode, choices=lambda: [m.value for m in GateMode], switches=(
             Switch("--no-gate", GateMode.OFF, "same as --gate off"),
             Switch("--measure", GateMode.MEASURED, "same as --gate measured: time the partition and the whole "
                    "model on the real devices and keep the faster"))))
+    gate_margin: float = option(0.05, Flag(
+        "--gate-margin", "--gate learned: partition only when its cost is below the whole model on the host "
+        "by this fraction (0.05: five percent faster)", metavar="FRACTION", parse=lambda t: _fraction(t, "--gate-margin")))
+    cost_model: Path | None = option(None, Flag(
+        "--cost-model", "the learned model (`aot learn train`) for --policy/--gate learned (default: the one "
+        "shipped in aot/learn, if any; without one the roofline decides)", parse=Path))
+    cost_db: Path | None = option(None, Flag(
+        "--cost-db", "a cost database (`aot learn collect`) whose measured plans take precedence over "
+        "predictions for --policy/--gate learned", parse=Path))
+    measure_prediction: bool = option(False, Flag(None, switches=(Switch(
+        "--measure-prediction", True, "--gate learned: time the shipped bundle on the real devices and keep the "
+        "measured time beside the prediction in the build record"),)))
     min_segment_nodes: int = option(2, Flag(
         "--min-segment-nodes", "key-node segments (runs between nodes every input-to-output path visits) with "
         "fewer nodes fuse into the previous one", metavar="N", parse=lambda t: _positive(t, "--min-segment-nodes")))

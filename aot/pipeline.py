@@ -32,7 +32,8 @@ from aot.partition import Plan, validate
 from aot.partition.order import OrderMode
 from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
-from aot.partition.partitioner import PartitionOptions, partition, single_region_plan, suggestions
+from aot.partition import policies
+from aot.partition.partitioner import PartitionOptions, Partitioned, partition, single_region_plan, suggestions
 from aot.partition.segments import segments
 from aot.partition.splitting import SplitOutcome
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
@@ -108,13 +109,16 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         validate(plan, view)
         searched, greedy = None, None    # a plan file is replayed: nothing is searched
     else:
-        partitioned = partition(view, popts)
+        partitioned = (partition(view, popts) if not _learned(popts) else
+                       learned_decide(view, popts, options))
         plan, searched, greedy = partitioned.plan, partitioned.order_search, partitioned.greedy
         if split is not None:
             plan = dataclasses.replace(plan, splits=split.splits)
             greedy = greedy and dataclasses.replace(greedy, splits=split.splits)
     segs = segments(view, popts.min_segment_nodes)
-    tips = suggestions(view, popts, plan) if suggest and options.plan_file is None else ()
+    # Suggestions re-partition with other settings: under --policy learned, with the greedy merge it uses.
+    tips = suggestions(view, dataclasses.replace(popts, policy="greedy", gate=GateMode.OFF) if _learned(popts)
+                       else popts, plan) if suggest and options.plan_file is None else ()
     cov = coverage(view, SupportTable.for_target(popts.accel_target)) if popts.accel_target else None
     cost = CostModel.load(popts.accel_target, popts.cost_params)
     record = PartitionRecord(
@@ -127,6 +131,17 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         MemoryRecord(options.memory_limits, plan.splits, tuple((h.node, h.reason) for h in split.hosted))
         if split is not None else None)
     return Planned(source, view, plan, popts, cost, record, greedy)
+
+
+def _learned(popts: PartitionOptions) -> bool:
+    return popts.policy == policies.LEARNED or popts.gate is GateMode.LEARNED
+
+
+def learned_decide(view: GraphView, popts: PartitionOptions, options: BuildOptions) -> Partitioned:
+    """--policy/--gate learned (aot/learn/decide.py: numpy and SQLite only, imported when asked for)."""
+    from aot.learn.decide import decide
+
+    return decide(view, popts, options)
 
 
 def whole_model(planned: Planned) -> Planned:
@@ -221,6 +236,8 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
             staged = _measured_order(staged, planned, planned.greedy, compile_, progress)
         if _should_measure(staged, options):
             staged = _measured_gate(staged, planned, compile_, progress)
+        if options.gate is GateMode.LEARNED and options.measure_prediction and staged.plan.gate is not None:
+            staged = _measured_prediction(staged, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
         if options.memory_limits and staged.record.partition.memory is not None:
@@ -387,6 +404,20 @@ def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, progre
     part = dataclasses.replace(chosen.record.partition, order_search=staged.record.partition.order_search)
     return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part)
                                .with_measurements(times, gate))
+
+
+def _measured_prediction(staged: Staged, progress: Progress) -> Staged:
+    """--measure-prediction: time the bundle the learned gate chose, and keep the time beside the
+    prediction (the report shows both; the plan file keeps them too, so a replay shows what was seen)."""
+    gate = staged.plan.gate
+    assert gate is not None
+    got = measure.side_by_side([measure.Contender("shipped", staged.path, staged.manifest)])["shipped"]
+    total, per_region = got.whole_us, got.regions
+    gate = dataclasses.replace(gate, measured_us=total)
+    progress(f"measure  shipped plan {total:.1f} us; predicted {gate.predicted_us():.1f} us "
+             f"({gate.source.value if gate.source else 'roofline'})")
+    return dataclasses.replace(staged, plan=dataclasses.replace(staged.plan, gate=gate),
+                               record=staged.record.with_measurements(per_region, gate))
 
 
 class _Clock:

@@ -175,6 +175,8 @@ def _decision_lines(m: Manifest, rec: BuildRecord) -> list[str]:
     gate = rec.partition.gate
     if gate:
         lines.append(f"\ngate: {'partition accepted' if gate.accepted else 'partition rejected'}: {gate.detail}")
+        if (predicted := gate.prediction_line()) is not None:
+            lines.append(f"  {predicted}")
     if rec.verification:
         lines.append(f"\nverification on the device vs {m.model.reference}:")
         for c in rec.verification.checked:
@@ -339,6 +341,8 @@ def html_page(m: Manifest, rec: BuildRecord | None) -> str:
     gate = part.gate
     gate_html = (f"<p><b>Gate:</b> {'partition accepted' if gate.accepted else 'partition rejected'} &mdash; "
                  f"{esc(gate.detail)}</p>") if gate else "<p><b>Gate:</b> not applied (one region, or --no-gate)</p>"
+    if gate and (predicted := gate.prediction_line()) is not None:
+        gate_html += f"<p>{esc(predicted)}</p>"
     tips = "".join(f"<li>{esc(t)}</li>" for t in part.suggestions)
     tuned = f"<h2>Tuning</h2><pre>{esc(tuning_text(m, rec))}</pre>" if _tuned(m, rec) else ""
     legend = " ".join(f"<span style='background:{c};padding:2px 8px;border-radius:3px'>{esc(t)}</span>" for t, c in COLORS.items())
@@ -394,5 +398,6 @@ def plan_summary(planned: "Planned") -> str:
     g = plan.gate
     lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else
                              ("partition accepted: " if g.accepted else "partition rejected: ") + g.detail))
+    lines += [f"  {p}" for p in [g.prediction_line() if g else None] if p]
     lines += [f"suggestion: {t}" for t in record.suggestions]
     return "\n".join(lines)

@@ -36,6 +36,16 @@ class GateMode(enum.Enum):
     OFF = "off"                # always ship it
     ROOFLINE = "roofline"      # when the cost model estimates it beats one device
     MEASURED = "measured"      # when timing on the real devices says it beats the host
+    LEARNED = "learned"        # when the cost database (a measured plan) or the learned model says it
+                               # beats the host by --gate-margin (aot/learn/decide.py; the roofline without one)
+
+
+class CostSource(enum.Enum):
+    """Where a learned gate's numbers came from, best first."""
+
+    DATABASE = "database"      # the plan was measured before: the cost database's median (row ids kept)
+    LEARNED = "learned"        # the learned cost model's prediction
+    ROOFLINE = "roofline"      # the hand-set roofline: no model, or one trained on other devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,30 @@ class Gate:
     all_accel_us: float | None
     detail: str
     measured: bool = field(default=False, omit_default=True)
+    # --gate learned: where partitioned_us came from (all_host_us's source is in the detail), the
+    # database rows behind it, why a learned model was not used, and with --measure-prediction the
+    # shipped plan's measured time beside the prediction.
+    source: CostSource | None = field(default=None, omit_default=True)
+    rows: tuple[int, ...] = field(default=(), omit_default=True)
+    fallback: str = field(default="", omit_default=True)
+    measured_us: float | None = field(default=None, omit_default=True)
+
+    def predicted_us(self) -> float:
+        """The estimate for the plan the gate shipped: the partition's, or the whole model's on the host."""
+        return self.partitioned_us if self.accepted else self.all_host_us
+
+    def prediction_line(self) -> str | None:
+        """A learned gate's predicted vs measured line for the report, or None for other gates."""
+        if self.source is None:
+            return None
+        line = f"cost source: {self.source.value}; predicted {self.predicted_us():.1f} us for the shipped plan"
+        if self.measured_us is not None:
+            line += (f", measured {self.measured_us:.1f} us "
+                     f"({self.measured_us / self.predicted_us():.2f}x the prediction)" if self.predicted_us() > 0
+                     else f", measured {self.measured_us:.1f} us")
+        else:
+            line += ", not measured (--measure-prediction times it)"
+        return line + (f"; database rows {', '.join(map(str, self.rows))}" if self.rows else "")
 
 
 @dataclass(frozen=True, slots=True)

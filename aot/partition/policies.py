@@ -15,6 +15,10 @@ from aot.frontend.graph import GraphView
 from aot.partition import depth, regions
 from aot.partition.support import Device, Groups
 
+# Not a merge: --policy learned labels nodes with a trained classifier (aot/learn/decide.py) and the
+# greedy merge forms its regions; kept out of the registry so every registered name is a merge.
+LEARNED = "learned"
+
 MergePolicy = Callable[[GraphView, Mapping[str, Device]], Groups]
 
 _REGISTRY: dict[str, MergePolicy] = {}

@@ -1,0 +1,160 @@
+"""``aot learn eval``: leave one real model out at a time, fit on the rest (generated graphs
+included: they only ever train), and score the held-out model's measured plans.
+
+Per held-out model: Kendall's tau-b between predicted and measured plan times, and the top-1
+regret (measured time of the predicted-best plan over the measured best, minus one), for the
+learned model and three baselines on the same plans: the roofline's terms (FLOPs and bytes per
+device, regions per device, transfers and bytes crossing) fitted by non-negative least squares to
+the training plans; "rank by the accelerator's share of FLOPs" (more is predicted faster); and
+always-all-host. A tau where every prediction ties is 0 (no ranking information), never NaN.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.learn.dataset import Dataset, GraphData
+from aot.learn.features import PLAN_SCALARS, accel_share
+from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
+from aot.partition.support import ACCEL, HOST
+
+MIN_PLANS = 20     # the issue's floor for a held-out model's score to mean much
+
+
+class Predictor(enum.Enum):
+    LEARNED = "learned"
+    ROOFLINE = "fitted roofline"
+    ACCEL_SHARE = "accel FLOP share"
+    ALL_HOST = "always all-host"
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    tau: float
+    regret: float     # 0.0: the predicted-best plan is the measured best
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    model: str
+    plans: int
+    scores: tuple[tuple[Predictor, Score], ...]
+
+    def score(self, p: Predictor) -> Score:
+        return dict(self.scores)[p]
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    held_out: tuple[HeldOut, ...]
+    best_classes: tuple[tuple[str, int], ...]    # ("all-host" | "all-accel" | "mixed", graphs)
+    graphs: int
+    plans: int
+    rows: int
+    mode: str
+
+    def mean(self, p: Predictor) -> Score:
+        if not self.held_out:
+            return Score(0.0, 0.0)
+        return Score(float(np.mean([h.score(p).tau for h in self.held_out])),
+                     float(np.mean([h.score(p).regret for h in self.held_out])))
+
+
+def kendall_tau(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> float:
+    """Kendall's tau-b (ties in either list handled); 0.0 where one list is constant."""
+    a, b = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    if len(a) != len(b) or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("kendall_tau needs two finite lists of one length")
+    i, j = np.triu_indices(len(a), k=1)
+    da, db = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
+    concordant_minus_discordant = float(np.sum(da * db))
+    pairs_a, pairs_b = float(np.sum(da != 0)), float(np.sum(db != 0))
+    if pairs_a == 0 or pairs_b == 0:
+        return 0.0
+    return concordant_minus_discordant / np.sqrt(pairs_a * pairs_b)
+
+
+def top1_regret(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> float:
+    """Measured time of the predicted-best plan over the measured best, minus one. Where several
+    plans tie for predicted-best, the worst of them counts: a tie is not a choice."""
+    a, b = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    chosen = b[a == a.min()].max()
+    return float(chosen / b.min() - 1.0)
+
+
+def best_class(g: GraphData) -> str:
+    devices = {r.device for r in g.best().plan.regions}
+    return "all-host" if devices == {HOST} else "all-accel" if devices == {ACCEL} else "mixed"
+
+
+def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Callable[[str], None] = lambda s: None,
+             estimators: int = 200) -> Evaluation:
+    real = [g for g in data.graphs if not g.generated]
+    if not real:
+        raise TrainingError("the database holds no real (non-generated) model to hold out",
+                            hint="collect a zoo model or your own (generated graphs only train)")
+    held = []
+    for g in real:
+        train = data.without(g.model)
+        if not train.graphs:
+            progress(f"eval  {g.model}: nothing left to train on, skipped")
+            continue
+        model = fit(train, choice, estimators)
+        measured = np.array([p.total_us for p in g.plans])
+        shapes = [p.shape for p in g.plans]
+        predictions = {
+            Predictor.LEARNED: model.plans_us(shapes),
+            Predictor.ROOFLINE: _fitted_roofline(train)(shapes),
+            Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),
+            Predictor.ALL_HOST: np.array([0.0 if all(r.device == HOST for r in p.plan.regions) else 1.0
+                                          for p in g.plans]),
+        }
+        scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured))) for k, v in predictions.items())
+        held.append(HeldOut(g.model, len(g.plans), scores))
+        progress(f"eval  {g.model}: {len(g.plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
+    classes: dict[str, int] = {}
+    for g in data.graphs:
+        classes[best_class(g)] = classes.get(best_class(g), 0) + 1
+    return Evaluation(tuple(held), tuple(sorted(classes.items())), len(data.graphs),
+                      sum(len(g.plans) for g in data.graphs), data.rows(), choose_mode(data, choice).value)
+
+
+def _roofline_terms(shapes: Sequence) -> np.ndarray:
+    """Per plan, in microsecond-scale units: the plan vector's terms back out of log1p."""
+    at = {name: i for i, name in enumerate(PLAN_SCALARS)}
+    rows = []
+    for s in shapes:
+        raw = {k: float(np.expm1(s.plan[i])) for k, i in at.items() if k != "accel_flop_share"}
+        rows.append([1.0, raw["host_flops"], raw["host_bytes"], raw["accel_flops"], raw["accel_bytes"],
+                     raw["regions"] - raw["accel_regions"], raw["accel_regions"], raw["hops"], raw["crossing_bytes"]])
+    return np.array(rows)
+
+
+def _fitted_roofline(train: Dataset) -> Callable[[Sequence], np.ndarray]:
+    from scipy.optimize import nnls     # scikit-learn's own dependency; eval is a training-side command
+
+    plans = [p for g in train.graphs for p in g.plans]
+    x = _roofline_terms([p.shape for p in plans])
+    scale = np.maximum(np.abs(x).max(axis=0), 1.0)
+    coef, _ = nnls(x / scale, np.array([p.total_us for p in plans]))
+    return lambda shapes: _roofline_terms(shapes) / scale @ coef
+
+
+def render(e: Evaluation) -> str:
+    """The table ``aot learn eval`` prints."""
+    preds = tuple(Predictor)
+    lines = [f"dataset: {e.graphs} graph(s), {e.plans} distinct plan(s), {e.rows} row(s); model mode: {e.mode}",
+             "best plans: " + ", ".join(f"{k} {n}" for k, n in e.best_classes),
+             "held-out model".ljust(34) + "plans  " + "  ".join(f"{p.value:>24}" for p in preds),
+             " " * 41 + "  ".join(f"{'tau':>11} {'regret':>12}" for _ in preds)]
+    for h in e.held_out:
+        flag = " (<20 plans)" if h.plans < MIN_PLANS else ""
+        lines.append(f"{(h.model + flag)[-33:]:34}{h.plans:5}  " + "  ".join(
+            f"{h.score(p).tau:11.2f} {100 * h.score(p).regret:11.1f}%" for p in preds))
+    lines.append("mean".ljust(34) + " " * 7 + "  ".join(
+        f"{e.mean(p).tau:11.2f} {100 * e.mean(p).regret:11.1f}%" for p in preds))
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""Coarse features of a graph, its regions and its plans, for the learned cost model and proposer.
+
+Unlike the exact key (``key.py``), these are meant to generalise: a node's label is its op type
+with its FLOPs and bytes bucketed on a log2 scale, and its Weisfeiler-Lehman subtree hashes over
+those labels (the node's neighbourhood up to ``WL_ITERATIONS`` hops, both directions) are hashed
+into ``BUCKETS`` bins. A region is the histogram of its nodes' bins plus its FLOPs, bytes, node
+counts and boundary bytes; a plan (``Mode.PLAN`` models) the same per device plus the global
+figures: regions, transfers and the bytes crossing devices. All numbers go through ``log1p`` so
+a tree splits on orders of magnitude. Pure numpy and networkx: a build evaluates these with no
+learning library installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from aot.frontend.graph import GraphView
+from aot.partition.cost import node_bytes, node_flops
+from aot.partition.plan import Plan, boundary, region_edges
+from aot.partition.support import ACCEL, HOST, SupportTable, label
+
+FEATURE_VERSION = 1     # bump when any vector below changes meaning: a model of another version is refused
+BUCKETS = 64
+WL_ITERATIONS = 2
+REGION_SCALARS = ("accel", "flops", "bytes", "nodes", "compute_nodes", "in_bytes", "out_bytes")
+PLAN_SCALARS = ("host_flops", "host_bytes", "host_nodes", "accel_flops", "accel_bytes", "accel_nodes",
+                "regions", "accel_regions", "hops", "crossing_bytes", "accel_flop_share")
+NODE_SCALARS = ("accel_ok", "compute", "flops", "bytes", "graph_flops", "flop_share", "fanin", "fanout")
+REGION_DIM = len(REGION_SCALARS) + BUCKETS
+PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS
+NODE_DIM = len(NODE_SCALARS) + BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCodes:
+    """Every node's encoding, independent of any plan (computed once per graph)."""
+
+    names: tuple[str, ...]            # the view's nodes, in its order
+    flops: np.ndarray                 # per node
+    nbytes: np.ndarray                # per node
+    compute: np.ndarray               # per node, bool
+    accel_ok: np.ndarray              # per node, bool: the support table lets it run on the accelerator
+    bins: np.ndarray                  # [nodes, BUCKETS]: counts of its WL subtree hashes per bin
+
+    def index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}
+
+
+def _bin(text: str) -> int:
+    # sha256, not hash(): Python's string hash changes per process.
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % BUCKETS
+
+
+def _log2_bucket(x: float) -> int:
+    return 0 if x <= 0 else int(math.log2(x))
+
+
+def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphCodes:
+    """Each node's coarse label, FLOPs, bytes, whether it may go to the accelerator, and its
+    WL subtree bins."""
+    import networkx as nx
+
+    names = tuple(n.name for n in view.nodes)
+    flops = np.array([node_flops(n, view) for n in view.nodes], dtype=np.float64)
+    nbytes = np.array([node_bytes(n, view) for n in view.nodes], dtype=np.float64)
+    table = SupportTable.for_target(accel_target) if accel_target else None
+    labels = label(view, table) if table else {}
+    accel_ok = np.array([labels[n].device == ACCEL if labels else False for n in names], dtype=bool)
+    g = nx.DiGraph()
+    for i, n in enumerate(view.nodes):
+        g.add_node(n.name, label=f"{n.op_type}|f{_log2_bucket(flops[i])}|b{_log2_bucket(nbytes[i])}")
+    for n in view.nodes:
+        for port, v in enumerate(n.inputs):
+            p = view.producer(v)
+            if p is not None:
+                g.add_edge(p, n.name, d=f">{port}")
+                g.add_edge(n.name, p, d=f"<{port}")
+    bins = np.zeros((len(names), BUCKETS), dtype=np.float64)
+    if names:
+        with warnings.catch_warnings():   # networkx >= 3.5 warns that hash values changed: our bins are ours
+            warnings.simplefilter("ignore", UserWarning)
+            hashes = nx.weisfeiler_lehman_subgraph_hashes(g, edge_attr="d", node_attr="label",
+                                                          iterations=WL_ITERATIONS, digest_size=8)
+        for i, name in enumerate(names):
+            for h in (g.nodes[name]["label"], *hashes[name]):
+                bins[i, _bin(h)] += 1
+    return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok, bins)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanShape:
+    """What the cost model needs of a plan: each region's features, who waits for whom, and the
+    transfers between devices."""
+
+    names: tuple[str, ...]                         # regions, in schedule order
+    device: Mapping[str, str]                      # region -> "accel" | "host"
+    waits: Mapping[str, tuple[str, ...]]           # region -> regions it reads from
+    regions: np.ndarray                            # [regions, REGION_DIM], schedule order
+    hops: int                                      # values crossing devices (graph inputs/outputs on the host)
+    crossing_bytes: float
+    plan: np.ndarray                               # [PLAN_DIM]
+
+
+def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
+    """The features of ``plan`` over ``view`` (``codes`` = ``encode(view)``)."""
+    at = codes.index()
+    owner = {n: r.name for r in plan.regions for n in r.nodes}
+    device = {r.name: r.device.value for r in plan.regions}
+    edges = region_edges(plan, view)
+    waits = {r: tuple(sorted(p for p, cs in edges.items() if r in cs)) for r in plan.schedule}
+    rows = []
+    for name in plan.schedule:
+        r = plan.region(name)
+        idx = [at[n] for n in r.nodes]
+        b = boundary(r.nodes, view)
+        in_bytes = sum(view.values[v].nbytes or 0 for v in b.inputs if v in view.values)
+        out_bytes = sum(view.values[v].nbytes or 0 for v in b.outputs if v in view.values)
+        rows.append(np.concatenate([
+            [1.0 if r.device == ACCEL else 0.0],
+            np.log1p([codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx), codes.compute[idx].sum(),
+                      in_bytes, out_bytes]),
+            np.log1p(codes.bins[idx].sum(axis=0))]))
+    crossings: set[tuple[str, str]] = set()
+    for node in view.nodes:
+        here = device[owner[node.name]]
+        for v in node.inputs:
+            p = view.producer(v)
+            there = device[owner[p]] if p else HOST.value
+            if there != here and v in view.values:
+                crossings.add((v, here))
+    for v in view.outputs:
+        p = view.producer(v)
+        if p and device[owner[p]] != HOST.value:
+            crossings.add((v, HOST.value))
+    crossing = float(sum(view.values[v].nbytes or 0 for v, _ in crossings))
+    return PlanShape(tuple(plan.schedule), device, waits, np.array(rows).reshape(len(rows), REGION_DIM),
+                     len(crossings), crossing, _plan_vector(plan, codes, at, len(crossings), crossing))
+
+
+def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], hops: int, crossing: float) -> np.ndarray:
+    on = {ACCEL: [at[n] for r in plan.regions if r.device == ACCEL for n in r.nodes],
+          HOST: [at[n] for r in plan.regions if r.device == HOST for n in r.nodes]}
+    total = float(codes.flops.sum())
+    per = []
+    for dev in (HOST, ACCEL):
+        idx = on[dev]
+        per += [codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx)]
+    accel_regions = sum(r.device == ACCEL for r in plan.regions)
+    share = float(codes.flops[on[ACCEL]].sum()) / total if total > 0 else len(on[ACCEL]) / max(len(codes.names), 1)
+    return np.concatenate([np.log1p(per), np.log1p([len(plan.regions), accel_regions, hops, crossing]), [share],
+                           np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0))])
+
+
+def accel_share(shape: PlanShape) -> float:
+    """The fraction of the graph's FLOPs a plan puts on the accelerator (a baseline ranks by it)."""
+    return float(shape.plan[PLAN_SCALARS.index("accel_flop_share")])
+
+
+def node_features(view: GraphView, codes: GraphCodes) -> np.ndarray:
+    """[nodes, NODE_DIM]: what the proposer sees of each node (``codes`` = ``encode(view)``)."""
+    n = len(codes.names)
+    if not n:
+        return np.zeros((0, NODE_DIM))
+    total = float(codes.flops.sum())
+    share = codes.flops / total if total > 0 else np.zeros(n)
+    fanin = [len(view.predecessors(name)) for name in codes.names]
+    fanout = [len(view.successors(name)) for name in codes.names]
+    scalars = np.column_stack([codes.accel_ok.astype(float), codes.compute.astype(float), np.log1p(codes.flops),
+                               np.log1p(codes.nbytes), np.full(n, math.log1p(total)), share,
+                               np.log1p(fanin), np.log1p(fanout)])
+    return np.hstack([scalars, np.log1p(codes.bins)])
+
+
+def lane_time(shape: PlanShape, region_us: Sequence[float]) -> float:
+    """The plan's compute time as the runtime's lanes spend it (``runtime/lanes.py``)."""
+    from aot.runtime import lanes
+
+    return lanes.finish_time(shape.names, shape.device, shape.waits, dict(zip(shape.names, region_us)))
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

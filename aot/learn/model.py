@@ -1,0 +1,134 @@
+"""The learned cost model and proposer as a build reads them: one JSON file, numpy only.
+
+``Mode.REGIONS``: the trees predict each region's time on its device (log microseconds) from its
+features; a plan's time is the lane simulation over those times (``runtime/lanes.finish_time``,
+the runtime's own rule for what overlaps) plus a fitted cost per value crossing devices and per
+byte crossing. ``Mode.PLAN``: the trees predict the plan's end-to-end time directly from the
+plan's features; ``aot learn train`` falls back to it when the database holds too few region rows
+to fit the first. The proposer is a second forest: a node's log-odds of running best on the
+accelerator. The file carries the device fingerprint its timings came from, its training set's
+digest and the versions that made it; a build on other devices does not use it (``mismatch``).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from aot.learn.features import FEATURE_VERSION, NODE_DIM, PLAN_DIM, REGION_DIM, PlanShape, lane_time
+from aot.learn.trees import Forest, ModelFileError
+
+MODEL_FORMAT = "aot-learned-model"
+MODEL_VERSION = 1
+DEFAULT_MODEL = Path(__file__).with_name("default_model.json")   # shipped only when its eval justifies it
+
+
+class Mode(enum.Enum):
+    REGIONS = "regions"   # region times per device, combined through the lane simulation
+    PLAN = "plan"         # the plan's time directly
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedModel:
+    mode: Mode
+    cost: Forest                      # features -> log(1 + microseconds)
+    hop_us: float                     # REGIONS: per value crossing devices
+    us_per_byte: float                # REGIONS: per byte crossing devices
+    policy: Forest | None             # node features -> log-odds of "accelerator" (None: no proposer)
+    fingerprint: str                  # key.device_fingerprint of the training rows
+    training_set: str                 # digest of the rows it was fitted on
+    versions: tuple[tuple[str, str], ...]
+    summary: tuple[tuple[str, str], ...] = ()   # what it was trained on, for people
+
+    def plans_us(self, shapes: Sequence[PlanShape]) -> np.ndarray:
+        """Predicted end-to-end microseconds of each plan."""
+        if not shapes:
+            return np.zeros(0)
+        if self.mode is Mode.PLAN:
+            return np.expm1(self.cost.raw(np.stack([s.plan for s in shapes])))
+        stacked = np.concatenate([s.regions for s in shapes])
+        times = np.maximum(np.expm1(self.cost.raw(stacked)), 0.0)
+        out, at = [], 0
+        for s in shapes:
+            n = len(s.names)
+            out.append(lane_time(s, times[at:at + n]) + self.hop_us * s.hops + self.us_per_byte * s.crossing_bytes)
+            at += n
+        return np.array(out)
+
+    def plan_us(self, shape: PlanShape) -> float:
+        return float(self.plans_us([shape])[0])
+
+    def accel_probability(self, nodes: np.ndarray) -> np.ndarray:
+        if self.policy is None:
+            raise ModelFileError("this learned model has no proposer", hint="retrain it with `aot learn train`")
+        return self.policy.probability(nodes)
+
+    def mismatch(self, fingerprint: str) -> str | None:
+        """Why this model does not apply to ``fingerprint``'s devices, or None when it does."""
+        if fingerprint != self.fingerprint:
+            return f"it was trained on {self.fingerprint!r}, this build targets {fingerprint!r}"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": MODEL_FORMAT, "model_version": MODEL_VERSION, "feature_version": FEATURE_VERSION,
+                "mode": self.mode.value, "fingerprint": self.fingerprint, "training_set": self.training_set,
+                "versions": dict(self.versions), "summary": dict(self.summary),
+                "transfer": {"hop_us": self.hop_us, "us_per_byte": self.us_per_byte},
+                "cost": self.cost.to_json(), "policy": self.policy.to_json() if self.policy else None}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "LearnedModel":
+        if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
+            raise ModelFileError(f"{where} is not an aot learned model",
+                                 hint="give the file `aot learn train` wrote, or retrain")
+        if data.get("model_version") != MODEL_VERSION or data.get("feature_version") != FEATURE_VERSION:
+            raise ModelFileError(f"{where} has model/feature version {data.get('model_version')}/"
+                                 f"{data.get('feature_version')}; this aot reads {MODEL_VERSION}/{FEATURE_VERSION}",
+                                 hint="retrain it with `aot learn train`")
+        try:
+            mode = Mode(data["mode"])
+            cost = Forest.from_json(data["cost"], where)
+            policy = Forest.from_json(data["policy"], where) if data.get("policy") else None
+            width = REGION_DIM if mode is Mode.REGIONS else PLAN_DIM
+            if cost.features != width or (policy is not None and policy.features != NODE_DIM):
+                raise ValueError(f"feature widths {cost.features}/{policy and policy.features} do not match "
+                                 f"{width}/{NODE_DIM}")
+            hop, per_byte = float(data["transfer"]["hop_us"]), float(data["transfer"]["us_per_byte"])
+            if not (math.isfinite(hop) and math.isfinite(per_byte)):
+                raise ValueError("non-finite transfer cost")
+            return cls(mode, cost, hop, per_byte, policy, str(data["fingerprint"]), str(data["training_set"]),
+                       tuple((str(k), str(v)) for k, v in dict(data["versions"]).items()),
+                       tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()))
+        except ModelFileError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFileError(f"{where}: malformed learned model ({e})",
+                                 hint="retrain it with `aot learn train`") from e
+
+    def save(self, path: Path) -> Path:
+        """Atomically: a trainer killed while writing leaves the previous model file as it was."""
+        from aot.runtime.atomic import write_atomic
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return write_atomic(Path(path), (json.dumps(self.to_json(), sort_keys=True) + "\n").encode())
+
+    @classmethod
+    def load(cls, path: Path) -> "LearnedModel":
+        where = repr(str(path))
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise ModelFileError(f"cannot read learned model {where}: {e.strerror or e}",
+                                 hint="train one with `aot learn train`, or leave --cost-model out") from e
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ModelFileError(f"learned model {where} is not JSON ({e})",
+                                 hint="the file is damaged: retrain it with `aot learn train`") from e
+        return cls.from_json(data, where)

@@ -1,0 +1,202 @@
+"""--policy learned and --gate learned at plan time (no IREE): the cost source ladder (database
+hit, learned model, roofline with the reason), the margin, the proposer's validated candidates,
+and a pinned choice that `--plan` replays with no model and no database."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import synthetic
+from synthetic import synthetic_db, trained_model  # noqa: F401 - fixtures
+from aot import api
+from aot.errors import AotError, UsageError
+from aot.learn import decide
+from aot.learn.db import CostDatabase
+from aot.learn.model import LearnedModel
+from aot.learn.trees import ModelFileError
+from aot.option_flags import UsageError as FlagUsageError
+from aot.partition.partitioner import plan_from_groups, single_region_plan
+from aot.partition.plan import CostSource, GateMode, Plan, validate
+from aot.partition.support import ACCEL, HOST, Group
+from aot.pipeline import plan_model
+
+
+def _options(**kw):
+    return dataclasses.replace(synthetic.VULKAN, **kw)
+
+
+def _plan(path, **kw):
+    model, options = api.resolve(path, _options(**kw))
+    return plan_model(model, options, suggest=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_shipped_model(monkeypatch, tmp_path):
+    # Whether a default model ships must not change what these tests see.
+    monkeypatch.setattr(decide, "DEFAULT_MODEL", tmp_path / "no-default-model.json")
+
+
+def test_without_a_model_the_learned_gate_uses_the_roofline_and_says_why(synthetic_db):
+    planned = _plan(synthetic_db[1][0], gate=GateMode.LEARNED)
+    g = planned.plan.gate
+    assert g is not None and g.source is CostSource.ROOFLINE and "no learned model" in g.fallback
+    assert np.isfinite(g.partitioned_us) and np.isfinite(g.all_host_us) and g.partitioned_us > 0
+    assert "roofline decided" in g.detail and planned.record.gate == g
+    validate(planned.plan, planned.view)
+
+
+def test_a_model_for_other_devices_is_not_used_and_the_record_says_so(synthetic_db, trained_model, tmp_path):
+    data = json.loads(trained_model.read_text())
+    data["fingerprint"] = "cuda:sm_80 host=x86-64-v4 cores=64"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    g = _plan(synthetic_db[1][0], gate=GateMode.LEARNED, cost_model=other).plan.gate
+    assert g.source is CostSource.ROOFLINE and "cuda:sm_80" in g.fallback and str(other) in g.fallback
+
+
+def test_a_measured_plan_is_taken_from_the_database_with_its_rows(synthetic_db, trained_model):
+    database, paths = synthetic_db
+    planned = _plan(paths[0], gate=GateMode.LEARNED, cost_db=database, cost_model=trained_model)
+    g = planned.plan.gate
+    # Every candidate of this model was "measured": the gate's numbers are database medians.
+    assert g.source is CostSource.DATABASE and g.rows and g.fallback == ""
+    with CostDatabase(database) as db:
+        totals = {r.total_us for r in db.rows() if r.model == str(paths[0])}
+    assert g.partitioned_us in totals and g.all_host_us in totals
+    assert g.accepted == (g.partitioned_us < g.all_host_us * (1 - 0.05))
+
+
+def test_the_model_predicts_an_unmeasured_plan(synthetic_db, trained_model, tmp_path):
+    planned = _plan(synthetic_db[1][0], gate=GateMode.LEARNED, cost_model=trained_model,
+                    cost_db=CostDatabase(tmp_path / "empty.sqlite").path)
+    g = planned.plan.gate
+    assert g.source is CostSource.LEARNED and not g.rows and np.isfinite(g.partitioned_us) and g.partitioned_us > 0
+
+
+class _Fixed:
+    """An estimator whose host plan costs 100 us."""
+
+    fallback = ""
+
+    def cost(self, plan):
+        return decide.Costed(100.0, CostSource.LEARNED)
+
+
+@pytest.mark.parametrize(("partitioned", "margin", "accepted"),
+                         [(90.0, 0.05, True), (96.0, 0.05, False), (96.0, 0.0, True), (50.0, 0.6, False)])
+def test_the_gate_partitions_only_below_the_host_by_the_margin(partitioned, margin, accepted):
+    from synthetic import graph
+
+    view = graph([("A", "B"), ("B", "C")])
+    plan = plan_from_groups(view, [Group(ACCEL, ("A", "B")), Group(HOST, ("C",))])
+    out = decide.learned_gate(plan, view, _Fixed(), decide.Costed(partitioned, CostSource.LEARNED), margin)
+    assert out.gate.accepted is accepted and out.gate.partitioned_us == partitioned
+    assert (len(out.regions) == 2) is accepted
+    if not accepted:
+        assert out.regions[0].device == HOST and all("learned gate" in why for _, why in out.reasons)
+    validate(out, view)
+
+
+def test_the_learned_policy_ranks_validated_candidates_and_its_plan_replays_without_model_or_db(
+        synthetic_db, trained_model, tmp_path):
+    database, paths = synthetic_db
+    planned = _plan(paths[1], policy="learned", gate=GateMode.LEARNED, cost_model=trained_model)
+    assert planned.record.policy == "learned"
+    g = planned.plan.gate
+    assert g.source is CostSource.LEARNED and "learned policy chose" in g.detail
+    model = LearnedModel.load(trained_model)
+    est = decide.estimator(planned.view, planned.options, _options(cost_model=trained_model))
+    cands = decide.candidates(est, planned.options)
+    assert cands[0][0] == "greedy" and len({decide._partition_of(p) for _, p in cands}) == len(cands)
+    for _, plan in cands:
+        validate(plan, planned.view)
+    chosen = min(cands, key=lambda c: est.cost(c[1]).us)[1]
+    if g.accepted:
+        assert decide._partition_of(planned.plan) == decide._partition_of(chosen)
+    assert model.accel_probability(np.zeros((1, model.policy.features))).shape == (1,)
+    pinned = tmp_path / "plan.json"
+    planned.plan.save(pinned)
+    replay = _plan(paths[1], plan_file=pinned, policy="learned", gate=GateMode.LEARNED,
+                   cost_model=tmp_path / "gone.json", cost_db=tmp_path / "gone.sqlite")
+    assert replay.plan == Plan.load(pinned) and replay.plan.gate == g
+
+
+def test_missing_model_or_database_files_are_named(synthetic_db, tmp_path):
+    with pytest.raises(ModelFileError, match="nope.json"):
+        _plan(synthetic_db[1][0], gate=GateMode.LEARNED, cost_model=tmp_path / "nope.json")
+    with pytest.raises(AotError, match="nope.sqlite") as e:
+        _plan(synthetic_db[1][0], gate=GateMode.LEARNED, cost_db=tmp_path / "nope.sqlite")
+    assert "aot learn collect" in e.value.hint
+
+
+def test_the_command_line_takes_the_learned_settings_and_refuses_a_bad_margin():
+    import argparse
+
+    from aot import cli_args
+
+    p = argparse.ArgumentParser()
+    cli_args.add_options(p)
+    args = p.parse_args(["--policy", "learned", "--gate", "learned", "--gate-margin", "0.1", "--measure-prediction"])
+    options = cli_args.build_options(args)
+    assert (options.policy, options.gate, options.gate_margin, options.measure_prediction) == \
+        ("learned", GateMode.LEARNED, 0.1, True)
+    with pytest.raises((UsageError, FlagUsageError, SystemExit)):
+        cli_args.build_options(p.parse_args(["--gate-margin", "1.5"]))
+
+
+def test_each_threshold_of_the_proposer_gives_a_repaired_validated_candidate(synthetic_db, trained_model,
+                                                                            monkeypatch):
+    # Probabilities spread from 0 to 1 over the nodes: each threshold sends a different set to the host.
+    monkeypatch.setattr(LearnedModel, "accel_probability", lambda self, x: np.linspace(0.0, 1.0, len(x)))
+    planned = _plan(synthetic_db[1][0], gate=GateMode.OFF)
+    est = decide.estimator(planned.view, planned.options, _options(cost_model=trained_model))
+    cands = decide.candidates(est, planned.options)
+    assert [name for name, _ in cands][:1] == ["greedy"] and len(cands) >= 3
+    for name, plan in cands[1:]:
+        validate(plan, planned.view)
+        t = float(name.split()[-1])
+        low = {n for i, n in enumerate(est.codes.names) if i / (len(est.codes.names) - 1) < t}
+        on_host = {n for r in plan.regions if r.device == HOST for n in r.nodes}
+        assert low <= on_host, name       # every node under the threshold went to the host
+        assert any("learned proposer" in why for _, why in plan.reasons)
+
+
+def test_a_learned_gate_round_trips_through_the_plan_and_record_and_the_report_shows_it():
+    from conftest import small_manifest, small_record
+
+    from aot import report
+    from aot.record import BuildRecord
+
+    gate = decide.Gate(False, 90.0, 100.0, None, "detail", source=CostSource.DATABASE, rows=(3, 7),
+                       measured_us=120.0)
+    plan = dataclasses.replace(single_region_plan(synthetic.graph([("A", "B")])), gate=gate)
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))).gate == gate
+    old = plan.to_json()
+    for k in ("source", "rows", "measured_us"):
+        del old["gate"][k]
+    assert Plan.from_json(old).gate.source is None          # a plan file from before keeps loading
+    line = gate.prediction_line()
+    assert "cost source: database" in line and "predicted 100.0 us" in line and "measured 120.0 us" in line
+    assert "1.20x" in line and "database rows 3, 7" in line
+    assert decide.Gate(True, 1.0, 2.0, None, "roofline gate").prediction_line() is None
+    rec = small_record()
+    rec = dataclasses.replace(rec, partition=dataclasses.replace(rec.partition, gate=gate))
+    rec = BuildRecord.from_json(json.loads(json.dumps(rec.to_json())))     # as record.json keeps it
+    assert rec.partition.gate == gate
+    from aot.runtime.manifest import BoundaryTensor
+
+    manifest = dataclasses.replace(small_manifest(), boundary_tensors=(   # the report sizes every boundary
+        ("x", BoundaryTensor("float32", (1, 2), 8)), ("y", BoundaryTensor("float32", (1, 2), 8))))
+    text = report.text(manifest, rec)
+    assert "cost source: database; predicted 100.0 us for the shipped plan, measured 120.0 us" in text
+
+
+def test_the_learned_policy_without_a_model_keeps_the_greedy_plan_and_says_why(synthetic_db):
+    planned = _plan(synthetic_db[1][0], policy="learned", gate=GateMode.LEARNED)
+    g = planned.plan.gate
+    assert "learned policy chose greedy" in g.detail and "the proposer needs one" in g.detail
+    assert g.source is CostSource.ROOFLINE and "no learned model" in g.fallback

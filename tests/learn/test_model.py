@@ -1,0 +1,218 @@
+"""The learned cost model: trees exported to JSON and evaluated with numpy exactly as sklearn
+predicts, the model file's errors and its atomic write, the features, the metrics, training and
+the leave-one-model-out evaluation on a synthetic cost database."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aot.checks.compare import assert_close
+from aot.errors import AotError
+from aot.learn import evaluate
+from aot.learn.dataset import load_dataset
+from aot.learn.features import PLAN_DIM, REGION_DIM, encode, node_features, shape_of
+from aot.learn.model import LearnedModel, Mode
+from aot.learn.train import ModeChoice, fit
+from aot.learn.trees import Forest, ModelFileError, from_sklearn
+from aot.partition.partitioner import plan_from_groups, single_region_plan
+from aot.partition.support import ACCEL, HOST, Group
+
+sklearn = pytest.importorskip("sklearn.ensemble", reason="the [learn] extra (scikit-learn) is not installed")
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import synthetic  # noqa: E402
+from synthetic import synthetic_db  # noqa: E402,F401 - a fixture
+
+
+def _data(seed: int = 0, n: int = 400, width: int = 12):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, width))
+    x[:, 3] = rng.integers(0, 4, size=n)          # a discrete column: values land exactly on split points
+    y = 3 * x[:, 0] + np.sin(2 * x[:, 1]) + (x[:, 3] > 1) + 0.1 * rng.normal(size=n)
+    return x, y
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_numpy_trees_predict_exactly_what_sklearn_predicts(seed):
+    x, y = _data(seed)
+    reg = sklearn.GradientBoostingRegressor(n_estimators=60, max_depth=4, subsample=0.8, random_state=seed).fit(x, y)
+    clf = sklearn.GradientBoostingClassifier(n_estimators=40, max_depth=3, random_state=seed).fit(x, y > 0)
+    probe = np.vstack([_data(seed + 10)[0], x[:50]])
+    forest = Forest.from_json(json.loads(json.dumps(from_sklearn(reg, x).to_json())), "test")
+    ours = forest.raw(probe)
+    assert np.all(np.isfinite(ours))
+    assert_close(ours, reg.predict(probe), atol=1e-9, what="regressor")
+    cforest = Forest.from_json(json.loads(json.dumps(from_sklearn(clf, x).to_json())), "test")
+    p = cforest.probability(probe)
+    assert np.all(np.isfinite(p))
+    assert_close(p, clf.predict_proba(probe)[:, 1], atol=1e-9, what="classifier")
+
+
+def test_a_forest_refuses_trees_that_point_outside_themselves_or_the_wrong_width():
+    x, y = _data()
+    good = from_sklearn(sklearn.GradientBoostingRegressor(n_estimators=3).fit(x, y), x).to_json()
+    bad = json.loads(json.dumps(good))
+    bad["trees"][0]["left"][0] = 10_000
+    with pytest.raises(ModelFileError, match="points outside"):
+        Forest.from_json(bad, "m.json")
+    bad = json.loads(json.dumps(good))
+    bad["trees"][1]["value"][0] = float("nan")
+    with pytest.raises(ModelFileError):
+        Forest.from_json(bad, "m.json")
+    with pytest.raises(ModelFileError, match="expects 12 features"):
+        Forest.from_json(good, "m.json").raw(np.zeros((2, 5)))
+
+
+def _tiny_model(fingerprint: str = "fp", mode: Mode = Mode.PLAN) -> LearnedModel:
+    width = PLAN_DIM if mode is Mode.PLAN else REGION_DIM
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, width))
+    y = np.abs(x[:, 0]) + 1
+    cost = from_sklearn(sklearn.GradientBoostingRegressor(n_estimators=5).fit(x, y), x)
+    return LearnedModel(mode, cost, 1.0, 0.0, None, fingerprint, "digest", (("aot", "test"),))
+
+
+def test_model_file_round_trip_and_clear_errors(tmp_path):
+    m = _tiny_model()
+    path = m.save(tmp_path / "model.json")
+    again = LearnedModel.load(path)
+    assert again == dataclass_eq(again, m)
+    with pytest.raises(ModelFileError, match=r"missing\.json.*") as e:
+        LearnedModel.load(tmp_path / "missing.json")
+    assert "aot learn train" in e.value.hint
+    (tmp_path / "cut.json").write_text(path.read_text()[:200])
+    with pytest.raises(ModelFileError, match="cut.json.*not JSON"):
+        LearnedModel.load(tmp_path / "cut.json")
+    (tmp_path / "other.json").write_text('{"format": "something else"}')
+    with pytest.raises(ModelFileError, match="not an aot learned model"):
+        LearnedModel.load(tmp_path / "other.json")
+    data = json.loads(path.read_text())
+    data["feature_version"] = 999
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(ModelFileError, match="999"):
+        LearnedModel.load(tmp_path / "old.json")
+    assert m.mismatch("fp") is None and "trained on 'fp'" in m.mismatch("other devices")
+
+
+def dataclass_eq(a: LearnedModel, b: LearnedModel) -> LearnedModel:
+    """``b`` if ``a`` holds the same numbers (dataclass equality on numpy arrays is ambiguous)."""
+    x = np.random.default_rng(1).normal(size=(20, a.cost.features))
+    assert (a.mode, a.fingerprint, a.training_set, a.versions) == (b.mode, b.fingerprint, b.training_set, b.versions)
+    assert np.array_equal(a.cost.raw(x), b.cost.raw(x))
+    return a
+
+
+_KILLED_WRITER = """
+import os, pathlib, signal, sys
+sys.path.insert(0, {here!r})
+from aot.learn.model import LearnedModel
+import json
+real = pathlib.Path.write_bytes
+def half_then_die(self, data):
+    with open(self, "wb") as f:
+        f.write(data[: len(data) // 2]); f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+pathlib.Path.write_bytes = half_then_die
+model = LearnedModel.load(pathlib.Path({src!r}))
+model.save(pathlib.Path({dst!r}))
+"""
+
+
+def test_a_trainer_killed_while_writing_leaves_the_previous_model_intact(tmp_path):
+    previous = _tiny_model("previous").save(tmp_path / "model.json")
+    before = previous.read_bytes()
+    newer = _tiny_model("newer").save(tmp_path / "newer.json")
+    code = _KILLED_WRITER.format(here=str(HERE), src=str(newer), dst=str(previous))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert previous.read_bytes() == before
+    assert LearnedModel.load(previous).fingerprint == "previous"
+
+
+def test_kendall_tau_is_tau_b_and_regret_counts_ties_against_the_chooser():
+    stats = pytest.importorskip("scipy.stats", reason="scipy comes with the [learn] extra")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = rng.integers(0, 5, size=15).astype(float), rng.normal(size=15)
+        ours = evaluate.kendall_tau(a, b)
+        assert np.isfinite(ours) and abs(ours - stats.kendalltau(a, b).statistic) < 1e-12
+    assert evaluate.kendall_tau([1, 1, 1], [3, 2, 1]) == 0.0        # no ranking information, never NaN
+    assert evaluate.kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert evaluate.top1_regret([1, 2, 3], [10, 20, 30]) == 0.0
+    assert evaluate.top1_regret([3, 2, 1], [10, 20, 30]) == pytest.approx(2.0)
+    assert evaluate.top1_regret([1, 1, 3], [10, 20, 5]) == pytest.approx(3.0)   # a tie: the worse counts
+    with pytest.raises(ValueError):
+        evaluate.kendall_tau([1.0, float("nan")], [1.0, 2.0])
+
+
+def test_features_ignore_names_and_see_devices():
+    from synthetic import graph
+
+    a = graph([("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")])
+    b = graph([("p", "q"), ("p", "r"), ("q", "s"), ("r", "s")])
+    ca, cb = encode(a), encode(b)
+    assert np.array_equal(ca.bins, cb.bins) and np.all(np.isfinite(node_features(a, ca)))
+    host = shape_of(single_region_plan(a, HOST), a, ca)
+    split = shape_of(plan_from_groups(a, [Group(ACCEL, ("A", "B", "C")), Group(HOST, ("D",))]), a, ca)
+    assert host.regions.shape == (1, REGION_DIM) and split.plan.shape == (PLAN_DIM,)
+    assert host.hops == 0 and split.hops == 2 and split.crossing_bytes > 0   # B.out and C.out into D on the host
+    assert not np.array_equal(host.plan, split.plan)
+    assert all(np.all(np.isfinite(s.regions)) and np.all(np.isfinite(s.plan)) for s in (host, split))
+
+
+@pytest.mark.slow    # builds a synthetic database (partitions every candidate) and fits several forests
+def test_train_fits_both_modes_and_eval_holds_out_only_real_models(synthetic_db):
+    data = load_dataset(synthetic_db[0], synthetic.VULKAN)
+    assert len(data.graphs) == 3 and sum(g.generated for g in data.graphs) == 1 and not data.skipped
+    for choice, mode in ((ModeChoice.REGIONS, Mode.REGIONS), (ModeChoice.PLAN, Mode.PLAN)):
+        model = fit(data, choice, estimators=60)
+        assert model.mode is mode and model.training_set == data.digest()
+        shapes = [p.shape for g in data.graphs for p in g.plans]
+        measured = np.array([p.total_us for g in data.graphs for p in g.plans])
+        predicted = model.plans_us(shapes)
+        assert np.all(np.isfinite(predicted)) and np.all(predicted > 0)
+        # Fitted on these very plans, it ranks them: a broken feature or evaluator would not.
+        assert evaluate.kendall_tau(predicted, measured) > 0.6
+    result = evaluate.evaluate(data, ModeChoice.REGIONS, estimators=60)
+    assert {h.model for h in result.held_out} == {g.model for g in data.graphs if not g.generated}
+    assert sum(n for _, n in result.best_classes) == 3 and result.plans == sum(len(g.plans) for g in data.graphs)
+    for h in result.held_out:
+        for p, s in h.scores:
+            assert np.isfinite(s.tau) and -1 <= s.tau <= 1 and np.isfinite(s.regret) and s.regret >= 0
+    assert "always all-host" in evaluate.render(result)
+
+
+def test_training_data_errors_name_the_file(tmp_path):
+    with pytest.raises(AotError, match=r"no cost database at .*nothing\.sqlite") as e:
+        load_dataset(tmp_path / "nothing.sqlite", synthetic.VULKAN)
+    assert "aot learn collect" in e.value.hint
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(AotError, match="junk.sqlite"):
+        load_dataset(tmp_path / "junk.sqlite", synthetic.VULKAN)
+
+
+@pytest.mark.slow    # three `aot` processes, each loading the synthetic database's models
+def test_the_train_and_eval_commands(synthetic_db, tmp_path):
+    from conftest import run_aot
+
+    database = str(synthetic_db[0])
+    out = tmp_path / "model.json"
+    train = run_aot("learn", "train", "--db", database, "--accel", "vulkan", "-o", str(out), "--mode", "regions")
+    assert train.stdout.strip() == str(out) and "mode regions" in train.stderr
+    model = LearnedModel.load(out)
+    assert model.mode is Mode.REGIONS and dict(model.summary)["graphs"] == "3" and model.policy is not None
+    figures = tmp_path / "eval.json"
+    ev = run_aot("learn", "eval", "--db", database, "--accel", "vulkan", "--json", str(figures))
+    assert "always all-host" in ev.stdout and "fitted roofline" in ev.stdout
+    data = json.loads(figures.read_text())
+    assert len(data["held_out"]) == 2 and sum(data["best_classes"].values()) == 3
+    assert all(np.isfinite(h[p]["tau"]) for h in data["held_out"] for p in ("learned", "fitted roofline"))
+    missing = run_aot("learn", "train", "--db", str(tmp_path / "none.sqlite"), check=False)
+    assert missing.returncode == 1 and "ERROR: no cost database" in missing.stderr and "none.sqlite" in missing.stderr
