@@ -23,10 +23,12 @@ model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 	$(AOT) check $(OUT)
 	$(AOT) report $(OUT)
 
-# mypy over aot/ first ([tool.mypy] in pyproject.toml: zero errors, a few seconds), then every test.
+# mypy over aot/ first ([tool.mypy] in pyproject.toml: zero errors, a few seconds), then every test,
+# on as many workers as cores (pytest-xdist; one pytest process alone kept two cores ~70% busy).
+TEST_WORKERS ?= auto
 test: setup
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not full" --durations=25
+	$(PY) -m pytest -m "not full" -n $(TEST_WORKERS) --durations=25
 
 # Everything that does not compile with IREE, run on a device, download a model or take long:
 # under a minute, for the edit loop (tests/conftest.py keeps the marks honest).
@@ -42,7 +44,7 @@ test-all: test test-full fuzz conformance soak
 
 # The tests marked `full` (pyproject): the exhaustive side of what make test samples.
 test-full: setup
-	$(PY) -m pytest -m full --durations=10
+	$(PY) -m pytest -m full -n $(TEST_WORKERS) --durations=10
 
 # `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
 # `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.

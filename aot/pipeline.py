@@ -181,7 +181,7 @@ def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = Build
                   progress: Progress = lambda s: None, clock: "_Clock | None" = None) -> BuildResult:
     """Compile, check and publish exactly ``planned.plan``."""
     clock = clock or _Clock(progress)
-    ws = Workspace(Path(out_dir))
+    ws = Workspace.at(Path(out_dir))
     ws.prepare()
     try:
         staged = stage_planned(planned, ws, options, progress, clock)
@@ -285,7 +285,7 @@ class _Compiler:
         described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
                              estimates, self.weights, codec.encode(self.options))
         path = self.ws.staging(candidate)
-        stage(path, compiled, self.imported.params_path)
+        stage(path, compiled, self.imported.params_path, link_modules=self.ws.shared_cache is None)
         return Staged(path, described.manifest, described.record, plan,
                       self.ws.region_mlir(candidate, "r").parent)
 

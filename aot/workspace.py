@@ -10,11 +10,25 @@ from pathlib import Path
 from aot.errors import AotError
 
 
+# A cache shared by every build on the machine (as ccache is): compiled modules and what is
+# measured of them, all keyed by content (module text, target, flags, compiler version, machine),
+# so builds of different models, or of one model into different folders, reuse each other's work.
+# Unset, each build keeps its own cache in its build folder.
+SHARED_CACHE_ENV = "AOT_CACHE_DIR"
+
+
 @dataclass(frozen=True, slots=True)
 class Workspace:
     """``artifacts/NAME``: ``bundle/`` (the deliverable), ``build/`` (intermediates, cache)."""
 
     root: Path
+    shared_cache: Path | None = None
+
+    @classmethod
+    def at(cls, root: Path) -> "Workspace":
+        """The workspace at ``root``, with the shared cache named by ``AOT_CACHE_DIR`` if set."""
+        shared = os.environ.get(SHARED_CACHE_ENV)
+        return cls(Path(root), Path(shared).expanduser() if shared else None)
 
     @property
     def bundle(self) -> Path:
@@ -26,7 +40,7 @@ class Workspace:
 
     @property
     def cache(self) -> Path:
-        return self.build / "cache"
+        return self.shared_cache or self.build / "cache"
 
     @property
     def params(self) -> Path:
@@ -57,8 +71,9 @@ class Workspace:
             for p in (self.build, self.cache):
                 p.mkdir(parents=True, exist_ok=True)
         except OSError as e:   # a file where a folder should be, no permission, a full disk
-            raise AotError(f"cannot create the build folder {str(self.build)!r}: {e.strerror}",
-                           hint="give -o a directory you can write (not an existing file)") from e
+            raise AotError(f"cannot create the build folder {str(e.filename or self.build)!r}: {e.strerror}",
+                           hint=f"give -o a directory you can write (not an existing file); if the folder is "
+                                f"{SHARED_CACHE_ENV}'s, point it at one you can write or unset it") from e
 
 
 def _alive(pid: int) -> bool:

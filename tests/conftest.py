@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ from aot.record import (BuildRecord, GraphNode, Machine, PartitionRecord, Region
                         Verification)
 from aot.runtime.manifest import ConstantInput, Manifest, ModelInfo, RegionEntry, TensorSig, Weights
 from aot.runtime.target import Target
+from aot.workspace import SHARED_CACHE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,6 +88,30 @@ def small_record() -> BuildRecord:
 # slow tests, so a test that needs one of them and is not marked would make the fast suite slow or
 # need the package index. The guards below make the marks honest instead of a convention.
 SLOW_S = 20.0   # a test not marked slow (or device) that takes longer fails and says so
+
+
+# One compile cache for the whole session (AOT_CACHE_DIR, as a CI machine would share it between
+# builds): most tests build the example CNN or a zoo model with options that leave the compiled
+# modules unchanged, and the cache is keyed by module text, target, flags and compiler version.
+# A test that needs a compile to happen asks for `private_compile_cache`. Under pytest-xdist the
+# controller makes it before the workers start (they inherit the variable) and removes it after.
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):   # a fresh one, whatever the caller's environment says
+        config._aot_shared_cache = Path(tempfile.mkdtemp(prefix="aot-test-cache-"))
+        os.environ[SHARED_CACHE_ENV] = str(config._aot_shared_cache)
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_aot_shared_cache", None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture
+def private_compile_cache(monkeypatch):
+    """Builds in this test (and the processes it starts) keep their cache in their build folder:
+    they compile rather than reuse what other tests compiled."""
+    monkeypatch.delenv(SHARED_CACHE_ENV, raising=False)
 
 
 def _refuse(what: str, mark: str):

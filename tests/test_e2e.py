@@ -205,7 +205,7 @@ def test_hostile_names_survive_a_real_build(tmp_path, name):
     golden(result.bundle.path, model)
 
 
-def test_accelerator_compile_that_runs_too_long_falls_back(example_model, tmp_path):
+def test_accelerator_compile_that_runs_too_long_falls_back(example_model, tmp_path, private_compile_cache):
     result = build(example_model, tmp_path / "slow", BuildOptions(accel=VULKAN, accel_compile_timeout=0.01))
     how = next(r for r in result.bundle.record.regions if r.planned_device == "accel")
     region = result.bundle.manifest.region(how.name)

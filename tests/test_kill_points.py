@@ -19,7 +19,9 @@ from aot import runtime
 from aot.checks import reference
 from aot.runtime import manifest as mf
 
-pytestmark = pytest.mark.device  # builds with IREE and runs the bundles on the Vulkan device
+# Builds with IREE and runs the bundles on the Vulkan device; each build compiles (the points lie
+# inside the compiles), so none reuses the session's shared compile cache.
+pytestmark = [pytest.mark.device, pytest.mark.usefixtures("private_compile_cache")]
 
 BUILD = ("--accel", "vulkan")
 DELAYS = (0.0, 0.05, 0.15, 0.4)         # after a progress line, before the kill

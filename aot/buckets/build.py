@@ -50,10 +50,10 @@ def build(model: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
     dims = plan_dims(model, inputs, options)
     combos = all_sizes(dims)
     progress(f"buckets  {len(combos)}: " + "; ".join(", ".join(f"{s}={n}" for s, n in c) for c in combos))
-    ws = Workspace(Path(out_dir))
+    ws = Workspace.at(Path(out_dir))
     ws.prepare()
     built: list[BuiltBucket] = []
-    spaces = [Workspace(ws.build / "buckets" / f"b{i}") for i in range(len(combos))]
+    spaces = [Workspace(ws.build / "buckets" / f"b{i}", ws.shared_cache) for i in range(len(combos))]
     try:
         for i, (sizes, bucket_ws) in enumerate(zip(combos, spaces)):
             label = ", ".join(f"{s}={n}" for s, n in sizes)

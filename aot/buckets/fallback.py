@@ -66,7 +66,7 @@ def build(model: Path, first: Manifest, dims: tuple[Dim, ...], options: BuildOpt
                               accel_timeout=options.accel_compile_timeout, fallback=None)
     module = f"modules/{REGION}/{REGION}.vmfb"
     (staging / module).parent.mkdir(parents=True, exist_ok=True)
-    link_or_copy(compiled.vmfb, staging / module)
+    link_or_copy(compiled.vmfb, staging / module, link=ws.shared_cache is None)
     region = RegionEntry(name=REGION, target=compiled.target, module=module, function=imported.func_name,
                          inputs=tuple(s.name for s in first.inputs), outputs=tuple(o.name for o in first.outputs),
                          sha256=compiled.sha256)

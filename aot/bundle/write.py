@@ -114,11 +114,12 @@ def weights_entry(params: Path) -> Weights:
     return Weights("weights.irpa", PARAMS_SCOPE, mf.file_sha256(params), params.stat().st_size)
 
 
-def stage(staging: Path, compiled: tuple[CompiledRegion, ...], weights: Path) -> None:
-    """Put the modules and the weights where the manifest says they are."""
+def stage(staging: Path, compiled: tuple[CompiledRegion, ...], weights: Path, link_modules: bool = True) -> None:
+    """Put the modules and the weights where the manifest says they are. ``link_modules=False``
+    where the modules come from the machine's shared cache (``workspace.SHARED_CACHE_ENV``)."""
     (staging / "modules").mkdir()
     for c in compiled:
-        link_or_copy(c.vmfb, staging / "modules" / f"{c.region}.vmfb")
+        link_or_copy(c.vmfb, staging / "modules" / f"{c.region}.vmfb", link_modules)
     link_or_copy(weights, staging / "weights.irpa")
 
 
@@ -140,9 +141,14 @@ def _sig(spec: TensorSpec) -> TensorSig:
     return TensorSig(spec.name, spec.dtype, spec.shape)
 
 
-def link_or_copy(src: Path, dst: Path) -> None:
-    # Hard links keep cached modules and the bundle from doubling disk use; cross-device falls back.
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
+def link_or_copy(src: Path, dst: Path, link: bool = True) -> None:
+    """Hard links keep a build's own cache and its bundle from doubling disk use (cross-device
+    falls back to a copy). A module from the machine's shared cache is copied: one bundle damaged
+    in place must not damage every later build that reuses the module."""
+    if link:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copyfile(src, dst)

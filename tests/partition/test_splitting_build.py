@@ -14,6 +14,7 @@ from aot.options import BuildOptions
 from aot.partition.plan import Plan
 from aot.runtime import manifest as mf
 from aot.runtime.target import Target
+from aot.workspace import Workspace
 
 pytestmark = pytest.mark.device   # compiles for Vulkan and runs on lavapipe (~15 s)
 
@@ -24,7 +25,7 @@ def _dispatches(bundle, build):
     m = mf.read(bundle)
     r = next(r for r in m.regions if not r.target.is_host)
     return region_dispatches(r, (build / "build" / "regions" / "built" / f"{r.name}.mlir").read_bytes(),
-                             build / "build" / "cache")
+                             Workspace.at(build).cache)
 
 
 def test_split_build_fits_the_limit_and_matches_onnxruntime(example_model, vulkan_bundle, tmp_path):

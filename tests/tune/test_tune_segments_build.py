@@ -71,7 +71,7 @@ def test_per_segment_tuning_records_each_groups_winner_and_both_times_and_replay
         raise AssertionError("a replayed plan must not tune, time or compare anything")
 
     for module, name in ((pipeline, "tune_regions"), (pipeline, "choose_host_runtime"), (pipeline, "tune_segments"),
-                         (tseg, "compare"), (measure, "profile")):
+                         (tseg, "compare"), (measure, "side_by_side")):
         monkeypatch.setattr(module, name, forbidden)
     replay = api.build("zoo:mtcnn-onet", tmp_path / "replay",
                        dataclasses.replace(options, tune=False, plan_file=bundle / "plan.json"))
