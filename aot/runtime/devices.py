@@ -88,3 +88,32 @@ _DEVICE_HINTS = {
     "vulkan": "install a Vulkan driver (apt-get install mesa-vulkan-drivers libvulkan1) or rebuild with --accel none",
     "cuda": "run on a machine with an NVIDIA GPU and driver, or rebuild with --accel none",
 }
+
+
+def to_host(arr: Any) -> Any:
+    """``arr.to_host()`` for a device array that may not be mappable (a region's output that IREE
+    placed in device-local memory: an input passed through, a constant). For those iree.runtime
+    3.13 imports a fresh numpy array as host memory, which Vulkan refuses unless its address is
+    4096-byte aligned (``minImportedHostPointerAlignment``) and numpy's is not; such a copy goes
+    through a staging buffer the device allocates instead (the path IREE takes where import is not
+    offered). The result is the host's own memory either way."""
+    try:
+        return arr.to_host()
+    except ValueError as e:
+        if "minImportedHostPointerAlignment" not in str(e):
+            raise
+    import iree.runtime as rt
+    import numpy as np
+
+    view, device = arr._buffer_view, arr._device   # iree.runtime.DeviceArray's own, as its copy uses them
+    source = view.get_buffer()
+    staging = device.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+        allocation_size=source.byte_length())
+    done = device.create_semaphore(0)
+    device.queue_copy(source, staging, wait_semaphores=rt.HalFence.create_at(done, 0),
+                      signal_semaphores=rt.HalFence.create_at(done, 1))
+    rt.HalFence.create_at(done, 1).wait()
+    mapped = staging.map()
+    return np.array(mapped.asarray(tuple(view.shape), arr._get_raw_dtype()), copy=True)

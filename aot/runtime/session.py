@@ -247,14 +247,13 @@ class Session:
         if where == driver or where is None:
             return arr  # same device: hand the device buffer on without a copy
         # Across devices through host memory. Accelerator modules are compiled with mappable
-        # external resources, so to_host() maps the result instead of tripping Vulkan's
-        # 4096-byte host-pointer alignment rule.
-        return contiguous(arr.to_host())
+        # external resources, so to_host() maps most results; dv.to_host copies the rest.
+        return contiguous(dv.to_host(arr))
 
     @staticmethod
     def _to_numpy(value: tuple[str | None, Any], dtype: str | None = None) -> np.ndarray:
         where, arr = value
-        host = arr if where is None else arr.to_host()
+        host = arr if where is None else dv.to_host(arr)
         # Own the memory (device buffers get reused); cast to the manifest dtype (i1 comes back as i8).
         return np.array(host, dtype=np.dtype(dtype) if dtype else None, copy=True)
 
