@@ -124,7 +124,8 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     cf.add_argument("--limit", type=args_.count)
     cf.add_argument("--workers", type=args_.count, default=2)
     cf.add_argument("-o", "--output", help="results JSON (default: docs/conformance-TARGET.json)")
-    cf.add_argument("--markdown", default="docs/conformance.md", help="summary of every target's results")
+    cf.add_argument("--markdown", help="summary of every target's results beside the JSON (default: "
+                    "docs/conformance.md when the JSON goes to docs/, none with -o)")
     cf.add_argument("--merge", action="store_true",
                     help="re-run only the --filter cases and replace them in the existing results JSON")
     cf.set_defaults(func=_cmd_conformance)
@@ -303,7 +304,9 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     from aot.tools import conformance
 
     out = args_.output_file("-o", args.output or f"docs/conformance-{args.target}.json")
-    markdown = args_.output_file("--markdown", args.markdown) if args.markdown else None
+    # An -o elsewhere (a trial run) must not rewrite the published summary unless asked to.
+    wanted = args.markdown if args.markdown is not None else ("docs/conformance.md" if args.output is None else "")
+    markdown = args_.output_file("--markdown", wanted) if wanted else None
     pattern = args_.pattern("--filter", args.filter)
     if args.merge and (pattern is None or not out.is_file()):
         raise UsageError(f"--merge needs --filter and an earlier full run in {out}",

@@ -119,3 +119,20 @@ def test_vulkan_passes_count_those_that_ran_wholly_on_the_device():
                       {"name": "test_c", "status": "pass", "detail": ""}]}
     fake["counts"]["pass"] = 3
     assert "2 passing cases ran wholly on its device, 1 with some regions on the host" in conformance_report.markdown([fake])
+
+
+@pytest.mark.parametrize("args, summary", [
+    ((), "docs/conformance.md"),                                  # the published run: JSON and summary in docs/
+    (("-o", "trial/llvm.json"), None),                            # a trial run elsewhere leaves the summary alone
+    (("-o", "trial/llvm.json", "--markdown", "trial/s.md"), "trial/s.md"),
+])
+def test_a_trial_run_does_not_rewrite_the_published_summary(tmp_path, monkeypatch, args, summary):
+    from aot import cli
+
+    fake = {"target": "llvm-cpu", "total": 1, "counts": {c: int(c == "pass") for c in conformance.CATEGORIES},
+            "cases": [{"name": "test_abs", "status": "pass", "detail": ""}]}
+    monkeypatch.setattr(conformance, "run", lambda *a, **k: fake)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["conformance", "--filter", "^test_abs$", *args]) == 0
+    written = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.md")}
+    assert written == ({summary} if summary else set())
