@@ -62,9 +62,10 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
     nan = np.flatnonzero(np.isnan(g) != np.isnan(w))
     assert not nan.size, f"{what}: NaN differs at {nan[:5]}: {g[nan[:5]]} where the reference has {w[nan[:5]]}"
     keep = ~np.isnan(w)
-    bits = np.uint16 if got.dtype.itemsize == 2 else (np.uint8 if got.dtype.itemsize == 1 else np.uint64)
+    bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
     bad = np.flatnonzero(got[keep].view(bits) != want[keep].view(bits))
-    assert not bad.size, f"{what}: {bad.size} differ, e.g. {g[keep][bad[:5]]} where the reference has {w[keep][bad[:5]]}"
+    assert not bad.size, (f"{what}: {bad.size} differ, e.g. {g[keep][bad[:5]]} where the reference has "
+                          f"{w[keep][bad[:5]]}")
 
 
 def _legalized_matches(model: onnx.ModelProto, x: np.ndarray) -> onnx.ModelProto:
@@ -125,32 +126,52 @@ def test_rewriting_twice_changes_no_value():
                      ReferenceEvaluator(once.model).run(None, {"x": x})[0])
 
 
-@pytest.mark.device   # compiles with IREE (llvm-cpu): IREE's own rounding, not the reference's, is what runs
-def test_iree_computes_every_float8_cast_bit_for_bit(tmp_path):
+@pytest.mark.device   # compiles with IREE: its own conversions, not the reference's, are what run
+@pytest.mark.parametrize("accel", ["none", "vulkan"])   # llvm-cpu; lavapipe runs float8 casts on the device
+def test_iree_computes_every_float8_cast_bit_for_bit(tmp_path, accel):
     """The node tests hold 15 values each; this holds every float16 value (to each float8 type,
-    saturating or not) and every float8 value (back to float16)."""
+    saturating or not), float32 values around every rounding midpoint (CastLike, saturating or
+    not) and every float8 value (back to float16 and float32)."""
     import aot
     from aot import runtime
     from aot.options import BuildOptions
+    from aot.partition.plan import GateMode
+    from aot.runtime.target import Target
 
     x16 = every_value(np.dtype(np.float16))
-    nodes, outputs, feeds = [], [], {"x16": x16}
+    nodes, outputs, likes, feeds = [], [], [], {"x16": x16}
     inputs = [helper.make_tensor_value_info("x16", T.FLOAT16, x16.shape)]
     for t in _FLOAT8:
         name = T.DataType.Name(t)
         for saturate in (1, 0):
             nodes.append(helper.make_node("Cast", ["x16"], [f"{name}_{saturate}"], to=t, saturate=saturate))
             outputs.append(helper.make_tensor_value_info(f"{name}_{saturate}", t, x16.shape))
+        x32 = float32_probes(t)
+        feeds[f"x32_{name}"] = x32
+        inputs.append(helper.make_tensor_value_info(f"x32_{name}", T.FLOAT, x32.shape))
+        like = numpy_helper.from_array(np.zeros((0,), _NP[t]), f"like_{name}")
+        likes.append(like)
+        for saturate in (1, 0):
+            nodes.append(helper.make_node("CastLike", [f"x32_{name}", like.name], [f"{name}_f32_{saturate}"],
+                                          saturate=saturate))
+            outputs.append(helper.make_tensor_value_info(f"{name}_f32_{saturate}", t, x32.shape))
         feeds[f"in_{name}"] = every_value(_NP[t])
         inputs.append(helper.make_tensor_value_info(f"in_{name}", t, (256,)))
-        nodes.append(helper.make_node("Cast", [f"in_{name}"], [f"back_{name}"], to=T.FLOAT16))
-        outputs.append(helper.make_tensor_value_info(f"back_{name}", T.FLOAT16, (256,)))
-    model = helper.make_model(helper.make_graph(nodes, "casts", inputs, outputs),
+        for wide in (T.FLOAT16, T.FLOAT):
+            nodes.append(helper.make_node("Cast", [f"in_{name}"], [f"back_{name}_{wide}"], to=wide))
+            outputs.append(helper.make_tensor_value_info(f"back_{name}_{wide}", wide, (256,)))
+    model = helper.make_model(helper.make_graph(nodes, "casts", inputs, outputs, likes),
                               opset_imports=[helper.make_opsetid("", 24)])
     path = tmp_path / "casts.onnx"
     onnx.save(model, str(path))
     want = ReferenceEvaluator(model).run(None, feeds)
-    result = aot.build(path, tmp_path / "out", BuildOptions(accel=None))
+    target = None if accel == "none" else Target.parse(accel)
+    # verify=False: the build's check feeds float8 region inputs to onnxruntime, which takes no
+    # ml_dtypes array ("Numpy_type 260 can't be converted"); this test is the check
+    options = BuildOptions(accel=target, min_compute=1, gate=GateMode.OFF, verify=False)
+    result = aot.build(path, tmp_path / "out", options)
+    if target is not None:   # the casts ran on the device, not on the host
+        assert {r.target.backend for r in result.bundle.manifest.regions} == {"vulkan-spirv"}
     with runtime.load(result.bundle.path) as session:
         got = session.run(feeds)
     for g, w, out in zip(got, want, outputs):
