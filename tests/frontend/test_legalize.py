@@ -160,7 +160,7 @@ def _mod(dtype, fmod):
 @pytest.mark.parametrize("dtype,fmod", [(T.DOUBLE, 0), (T.DOUBLE, 1), (T.FLOAT, 0), (T.INT64, 0), (T.FLOAT16, 0)])
 def test_no_mod_is_refused_and_a_float64_one_is_rewritten(dtype, fmod):
     """float64 Mod with fmod=0 was refused at load (libm's fmod is not linked); it is now an exact
-    long division (legalize/float64_mod.py, tested in test_legalize_float64_mod.py)."""
+    long division (legalize/exact_mod.py, tested in test_legalize_exact_mod.py)."""
     from aot.frontend.legalize.unlowerable import unlowerable_nodes
 
     assert unlowerable_nodes(_mod(dtype, fmod)) == []

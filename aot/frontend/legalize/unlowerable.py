@@ -34,7 +34,7 @@ UNLOWERABLE: Mapping[str, str] = {
 
 # Variants of ops that otherwise compile: (op, condition, limitation). None at present: float64 Mod
 # with fmod=0, refused here before (IREE links it against libm's fmod, which its float64 runtime
-# lacks), is now an exact long division (legalize/float64_mod.py).
+# lacks), is now an exact long division (legalize/exact_mod.py).
 REFUSED_VARIANTS: tuple[tuple[str, Callable[[onnx.NodeProto, Context], bool], str], ...] = ()
 
 

@@ -1,10 +1,14 @@
-"""Mod on float64 as an exact remainder built from divisions, floors, products and selects.
+"""Mod as an exact float64 remainder built from divisions, floors, products and selects.
 
 IREE 3.13 lowers a float64 Mod with fmod=0 (the floored remainder, numpy's ``mod``) through libm's
 ``fmod``, which its embedded float64 runtime does not link (``iree-lld: error: undefined symbol:
 fmod``; node tests ``mod_float64_mixed_sign_fmod_0``, ``mod_float_edge_cases_fmod_0_float64``), and
 fmod=1 as ``x - y * trunc(x / y)``, which loses the low bits whenever the division rounds (measured:
-5 mod 0.1 gave -2.8e-16, (1e17 + 3) mod 3 gave 4). Both are rewritten here, exactly.
+5 mod 0.1 gave -2.8e-16, (1e17 + 3) mod 3 gave 4). Both are rewritten here, exactly. A float32,
+float16 or bfloat16 Mod with fmod=1 is computed the same way (measured on llvm-cpu, float32: 3,543
+of 20,000 random pairs wrong, e.g. -287585312 mod -1.09e-8 gave -6.88 where fmod is -9.07e-9): its
+operands are exact in float64, their remainder is exact in their own type, and 12 steps cover
+their widest quotient (2**277). fmod=0 in those types links ``fmodf`` and is exact already.
 
 The truncated remainder of two finite doubles is always a double, and it can be computed without
 rounding: with A = |a| and B = |b|, reduce A by multiples of B * 2**(25 k) for k from 83 down to 0,
@@ -17,7 +21,8 @@ exact A - q * Bk, whose magnitude is at most Bk / 2. A negative result takes Bk 
 sum is the true remainder modulo Bk, a double below Bk). Where q is 0 or 1 the step is ``A - q * Bk``
 instead (exact by Sterbenz's lemma), which also covers a head that overflows next to DBL_MAX.
 An A in the top binade is halved first (a rounded-up q could make q * head overflow), and the
-result doubled back, less B where it reaches B (Sterbenz again). 84 steps cover every pair of finite doubles: A / B < 2**1024 / 2**-1074 = 2**2098 < 2**(25 * 84).
+result doubled back, less B where it reaches B (Sterbenz again). 84 steps cover every pair of
+finite doubles: A / B < 2**1024 / 2**-1074 = 2**2098 < 2**(25 * 84).
 So the result is exact for every input, not only for small quotients; the price is about 1,600
 elementwise ops, which IREE fuses into one dispatch (a node test compiles in 12-17 s on llvm-cpu).
 
@@ -54,11 +59,24 @@ _DOWN, _UP = 2.0 ** -100, 2.0 ** 200
 _LOW_RUNGS = 8             # 25 * 8 = 200: where B is small, the last 8 steps run scaled by _UP
 
 
+# narrow float type -> steps that cover its widest quotient (float32: 2**128 / 2**-149 < 2**(25 * 12))
+_NARROW_STEPS: dict[int, int] = {T.FLOAT: 12, T.FLOAT16: 12, T.BFLOAT16: 12}
+
+
+def _steps(node: onnx.NodeProto, ctx: Context) -> int | None:
+    dtype = ctx.dtypes.get(node.input[0])
+    if dtype != ctx.dtypes.get(node.input[1]):
+        return None
+    if dtype == T.DOUBLE:
+        return STEPS
+    return _NARROW_STEPS.get(dtype or 0) if int(attrs(node).get("fmod", 0)) else None
+
+
 def _applies(node: onnx.NodeProto, ctx: Context) -> bool:
-    return ctx.dtypes.get(node.input[0]) == T.DOUBLE and ctx.dtypes.get(node.input[1]) == T.DOUBLE
+    return _steps(node, ctx) is not None
 
 
-def _remainder(e: Emitter, a: str, b: str) -> tuple[str, str, str]:
+def _remainder(e: Emitter, a: str, b: str, steps: int) -> tuple[str, str, str]:
     """|a| mod |b| for finite a and finite nonzero b, exactly (anything, for other inputs), scaled
     by 2**200 where b is small (a subnormal remainder can still give a normal floored result); with
     that scale and its inverse."""
@@ -90,7 +108,7 @@ def _remainder(e: Emitter, a: str, b: str) -> tuple[str, str, str]:
     # rungs 8..83 in true units: B * 2**200, and its head and tail from the scaled split
     to_true = per_element(_UP / _DOWN, 1.0, _UP)
     high = ladder((e.op("Mul", [big_b, c(_UP)]), e.op("Mul", [head, to_true]), e.op("Mul", [tail, to_true])),
-                  STEPS - _LOW_RUNGS)
+                  steps - _LOW_RUNGS)
     # rungs 0..7: in true units, or scaled by 2**200 where B is small (the rest is then scaled too)
     low_scale = e.op("Where", [small, c(_UP), c(1.0)])
     to_low = per_element(1 / _DOWN, 1.0, 1.0)
@@ -122,12 +140,16 @@ def _remainder(e: Emitter, a: str, b: str) -> tuple[str, str, str]:
 
 
 def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
-    if not _applies(node, ctx):
+    steps = _steps(node, ctx)
+    if steps is None:
         return None
-    a, b = node.input[0], node.input[1]
     e = Emitter(node)
+    dtype = ctx.dtypes[node.input[0]]
+    a, b = node.input[0], node.input[1]
+    if dtype != T.DOUBLE:   # exact in float64; the remainder is exact in the narrow type again
+        a, b = e.op("Cast", [a], to=T.DOUBLE), e.op("Cast", [b], to=T.DOUBLE)
     zero = e.const(np.float64(0.0), hint="zero")
-    r, scale, unscale = _remainder(e, a, b)
+    r, scale, unscale = _remainder(e, a, b, steps)
     exact_zero = e.op("Equal", [r, zero])   # before unscaling, which flushes a subnormal result to 0
     # fmod: the sign of a
     r = e.op("Where", [e.op("Less", [a, zero]), e.op("Neg", [r]), r])
@@ -144,10 +166,14 @@ def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
         shifted = e.op("Mul", [e.op("Where", [differ, e.op("Add", [r, e.op("Mul", [b, scale])]), r]), unscale])
         signed_zero = e.op("Where", [negative_b, e.const(np.float64(-0.0), hint="minus_zero"), zero])
         r = e.op("Where", [e.op("Equal", [r, zero]), signed_zero, shifted])
-    e.op("Where", [invalid, e.const(np.float64(np.nan), hint="nan"), r], out=node.output[0])
+    out = node.output[0] if dtype == T.DOUBLE else None
+    r = e.op("Where", [invalid, e.const(np.float64(np.nan), hint="nan"), r], out=out)
+    if dtype != T.DOUBLE:
+        e.op("Cast", [r], out=node.output[0], to=dtype)
     return e.replacement()
 
 
 LEGALIZATIONS = (Legalization("Mod", "IREE 3.13 links a float64 Mod with fmod=0 against libm's fmod, which its float64 "
-                                     "runtime lacks, and computes fmod=1 inexactly; it is an exact long division",
+                                     "runtime lacks, and computes fmod=1 inexactly in every float type; it is an exact "
+                                     "float64 long division",
                               _applies, _rewrite),)
