@@ -135,11 +135,21 @@ def _input_names(case: Case) -> list[str]:
     return [v.name for v in case.model.graph.input if v.name not in inits]
 
 
+def _slots(model: Any) -> set[str]:
+    return {n.input[i] for n in model.graph.node for i in SHAPE_OPERANDS.get(n.op_type, ())
+            if i < len(n.input) and n.input[i]}
+
+
 def _constants_from_data(case: Case, sets: DataSets) -> tuple[tuple[str, np.ndarray], ...]:
     """Inputs to bake in: those feeding a SHAPE_OPERANDS slot, and empty ones (CastLike's
-    ``like`` only carries a dtype), provided every data set gives them the same value."""
-    slots = {n.input[i] for n in case.model.graph.node for i in SHAPE_OPERANDS.get(n.op_type, ())
-             if i < len(n.input) and n.input[i]}
+    ``like`` only carries a dtype), provided every data set gives them the same value.
+
+    An ``_expanded`` case is its twin's op written as the op's function body, with the same inputs:
+    it is baked as the twin is, since the body hides the slot behind shape arithmetic (AffineGrid's
+    ``size`` reaches ConstantOfShape and Range through a Split inside an ``If``)."""
+    slots = _slots(case.model)
+    if case.name.endswith("_expanded") and (twin := _cases_by_name().get(case.name.removesuffix("_expanded"))):
+        slots |= _slots(twin.model)
     if not sets:
         return ()
     baked = []

@@ -157,15 +157,14 @@ def _mod(dtype, fmod):
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]))
 
 
-@pytest.mark.parametrize("dtype,fmod,refused", [(T.DOUBLE, 0, True), (T.FLOAT, 0, False), (T.FLOAT, 1, False),
-                                                (T.DOUBLE, 1, False), (T.INT64, 0, False), (T.FLOAT16, 0, False)])
-def test_only_the_float64_floored_remainder_is_refused(dtype, fmod, refused):
+@pytest.mark.parametrize("dtype,fmod", [(T.DOUBLE, 0), (T.DOUBLE, 1), (T.FLOAT, 0), (T.INT64, 0), (T.FLOAT16, 0)])
+def test_no_mod_is_refused_and_a_float64_one_is_rewritten(dtype, fmod):
+    """float64 Mod with fmod=0 was refused at load (libm's fmod is not linked); it is now an exact
+    long division (legalize/exact_mod.py, tested in test_legalize_exact_mod.py)."""
     from aot.frontend.legalize.unlowerable import unlowerable_nodes
 
-    found = unlowerable_nodes(_mod(dtype, fmod))
-    assert bool(found) is refused
-    if refused:
-        assert found[0][0].name == "remainder" and "float32" in found[0][1]
+    assert unlowerable_nodes(_mod(dtype, fmod)) == []
+    assert legalize(_mod(dtype, fmod))[0].modified is (dtype == T.DOUBLE)
 
 
 @pytest.mark.parametrize("pads", [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 3, 0, 0, 2, 0], [0, 0, 4, 5, 0, 0, 4, 5]])

@@ -15,9 +15,9 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import (affine_grid, bit_shift, col2im, compress, cumulative, dft, grid_sample,
-                                   lp_pool, matmul_vector, no_op, pad_wrap, pool_edges, qlinear_matmul, resize,
-                                   rnn_direction, scatter_minmax, space_to_depth)
+from aot.frontend.legalize import (affine_grid, bit_shift, col2im, compress, cumulative, dft, exact_mod,
+                                   grid_sample, lp_pool, matmul_vector, narrow_cast, no_op, pad_wrap, pool_edges,
+                                   qlinear_matmul, resize, rnn_direction, scatter_minmax, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -39,6 +39,8 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *col2im.LEGALIZATIONS,
     *rnn_direction.LEGALIZATIONS,
     *scatter_minmax.LEGALIZATIONS,
+    *narrow_cast.LEGALIZATIONS,
+    *exact_mod.LEGALIZATIONS,
 )
 
 _BY_OP: dict[str, tuple[Legalization, ...]] = {}

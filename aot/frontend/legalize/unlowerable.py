@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import onnx
-from onnx import TensorProto
 
-from aot.frontend.legalize.base import Context, attrs
+from aot.frontend.legalize.base import Context
 
 _NO_PATTERN = "IREE 3.13's ONNX import has no lowering for it"
 _STRINGS = "IREE compiles numeric tensors only; string processing belongs before or after the model"
@@ -33,25 +32,10 @@ UNLOWERABLE: Mapping[str, str] = {
 }
 
 
-
-
-def _float64_floored_mod(node: onnx.NodeProto, ctx: Context) -> bool:
-    return int(attrs(node).get("fmod", 0)) == 0 and ctx.dtypes.get(node.input[0]) == TensorProto.DOUBLE
-
-
-# Variants of ops that otherwise compile: (op, condition, limitation).
-#
-# Mod with fmod=0 on float64: IREE 3.13 lowers the floored remainder through libm's ``fmod``, which
-# its embedded float64 runtime lacks (``iree-lld: error: undefined symbol: fmod``; node tests
-# ``mod_float64_mixed_sign_fmod_0``, ``mod_float_edge_cases_fmod_0_float64``); float16/float32
-# link (``fmodf``). No exact rewrite exists: ``x - y * trunc(x / y)`` (how IREE computes fmod=1)
-# loses the low bits whenever the quotient is large or the division rounds (measured on llvm-cpu,
-# float64 fmod=1: 5 mod 0.1 gives -2.8e-16, (1e17 + 3) mod 3 gives 4), and an exact remainder
-# needs a data-dependent number of reduction steps (up to ~2,000 for float64 exponents).
-REFUSED_VARIANTS: tuple[tuple[str, Callable[[onnx.NodeProto, Context], bool], str], ...] = (
-    ("Mod", _float64_floored_mod, "IREE 3.13 links a float64 Mod with fmod=0 against libm's fmod, which its "
-                                  "float64 runtime lacks, and no exact rewrite exists; compute it in float32"),
-)
+# Variants of ops that otherwise compile: (op, condition, limitation). None at present: float64 Mod
+# with fmod=0, refused here before (IREE links it against libm's fmod, which its float64 runtime
+# lacks), is now an exact long division (legalize/exact_mod.py).
+REFUSED_VARIANTS: tuple[tuple[str, Callable[[onnx.NodeProto, Context], bool], str], ...] = ()
 
 
 def unlowerable_nodes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
