@@ -1,4 +1,5 @@
-"""onnxruntime as the oracle: one place that opens it, and the inputs every check feeds it."""
+"""onnxruntime as the oracle: one place that opens it, and the inputs every check feeds it (onnx's
+reference evaluator where onnxruntime's numpy API cannot take the model's element types)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from aot.runtime.manifest import Manifest, TensorSig, thaw
+
+# Element types onnxruntime's Python API cannot exchange as numpy arrays ("Numpy_type 260 can't be
+# converted to MLDataType"): a model that carries one anywhere is evaluated by onnx's reference
+# evaluator instead, which computes them through ml_dtypes (slower, and only such models pay it).
+_NOT_FOR_ORT_NUMPY = frozenset({
+    onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ, onnx.TensorProto.FLOAT8E5M2,
+    onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.UINT4, onnx.TensorProto.INT4,
+    *(getattr(onnx.TensorProto, n) for n in ("FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2") if hasattr(onnx.TensorProto, n))})
+
+
+def onnxruntime_cannot_feed(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` carries, anywhere, an element type onnxruntime's numpy API cannot take."""
+    g = model.graph
+    values = [*g.input, *g.output, *g.value_info]
+    return (any(v.type.tensor_type.elem_type in _NOT_FOR_ORT_NUMPY for v in values)
+            or any(t.data_type in _NOT_FOR_ORT_NUMPY for t in g.initializer)
+            or any(a.t.data_type in _NOT_FOR_ORT_NUMPY for n in g.node for a in n.attribute if a.HasField("t"))
+            or any(n.op_type == "Cast" and a.name == "to" and a.i in _NOT_FOR_ORT_NUMPY
+                   for n in g.node for a in n.attribute))
 
 
 def session(model: Path | bytes, *, optimize: bool = True, threads: int = 0) -> Any:
@@ -47,4 +68,9 @@ def outputs(model: Path, inputs: dict[str, np.ndarray], names: list[str],
             manifest: Manifest | None = None) -> list[np.ndarray]:
     """onnxruntime's outputs for the original model; ``manifest`` supplies baked-in inputs."""
     feeds = {**inputs, **(constant_inputs(manifest) if manifest else {})}
+    proto = onnx.load(str(model))
+    if onnxruntime_cannot_feed(proto):
+        from onnx.reference import ReferenceEvaluator
+
+        return list(ReferenceEvaluator(proto).run(names, feeds))
     return session(model).run(names, feeds)

@@ -33,7 +33,8 @@ def reference_values(source: Any, inputs: dict[str, np.ndarray]) -> dict[str, np
 
 
 def onnx_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor of ``model`` as onnxruntime computes it for ``inputs``."""
+    """Every tensor of ``model`` as onnxruntime computes it for ``inputs`` (as onnx's reference
+    evaluator does, for a model carrying an element type onnxruntime's numpy API cannot take)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     known = {o.name for o in probe.graph.output}
@@ -42,6 +43,11 @@ def onnx_values(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[s
             if v and v not in known:
                 probe.graph.output.append(onnx.ValueInfoProto(name=v))
                 known.add(v)
+    if reference.onnxruntime_cannot_feed(model):
+        from onnx.reference import ReferenceEvaluator
+
+        names = [o.name for o in probe.graph.output]
+        return dict(zip(names, ReferenceEvaluator(model).run(names, inputs)))
     session = reference.session(probe.SerializeToString(), optimize=False)  # keep every tensor
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, inputs)))
