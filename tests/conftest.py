@@ -130,6 +130,9 @@ def _marks_say_what_a_test_needs(request, monkeypatch):
     if "network" not in marks:   # a cached model counts too: a fresh machine downloads it
         monkeypatch.setattr(zoo, "fetch", _refuse("fetches a zoo model from the package index", "network"))
     if "device" not in marks:
+        # A build that found every module in the session's shared cache would never ask for the
+        # compiler: an unmarked test builds with its own (empty) cache, so it is refused every time.
+        monkeypatch.delenv(SHARED_CACHE_ENV, raising=False)
         for module in (executor, compile_, footprint, replay):
             monkeypatch.setattr(module, "iree_compile_path", _refuse("compiles with IREE", "device"))
 

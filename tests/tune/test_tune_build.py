@@ -15,6 +15,7 @@ from aot.pipeline import build
 from aot import record
 from aot.runtime import manifest as mf
 from aot.runtime.target import Target
+from aot.tune.search import MIN_GAIN
 from conftest import golden, run_aot
 
 pytestmark = pytest.mark.device
@@ -34,7 +35,12 @@ def test_the_fastest_correct_candidate_ships_with_its_record(tuned, example_mode
         t = rec.region(r.name).tuning
         correct = [c for c in t.candidates if c.rejected is None]
         assert t.candidates[0].name == "default" and len(t.candidates) >= 5
-        assert t.best_us == min(c.median_us for c in correct) and t.winner in {c.name for c in correct}
+        fastest = min(c.median_us for c in correct)
+        # The fastest ships only when it beats the default by MIN_GAIN; within that, the default stays.
+        if t.winner == "default":
+            assert t.best_us == t.default_us and fastest > t.default_us * (1 - MIN_GAIN)
+        else:
+            assert t.best_us == fastest < t.default_us * (1 - MIN_GAIN) and t.winner in {c.name for c in correct}
         assert r.flags == next(c.flags for c in t.candidates if c.name == t.winner)
         assert all(c.max_abs_diff is not None and c.max_abs_diff < 1e-2 for c in correct)
     assert m.host_runtime is not None and m.host_runtime.driver in mf.HOST_DRIVERS
