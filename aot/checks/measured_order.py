@@ -55,7 +55,7 @@ def device_of(region: RegionEntry) -> Device:
 
 
 def time_regions(bundles: tuple[Staged, ...], progress: Callable[[str], None],
-                 repeats: int = REPEATS) -> tuple[RegionTime, ...]:
+                 repeats: int | None = None) -> tuple[RegionTime, ...]:
     """Each distinct region (device + node set) of ``bundles`` timed once, in the first bundle
     that has it. A bundle that fails to run is skipped (its regions keep their estimates)."""
     times: dict[RegionKey, RegionTime] = {}
@@ -67,7 +67,7 @@ def time_regions(bundles: tuple[Staged, ...], progress: Callable[[str], None],
             continue
         try:
             with CheckSession(b.path, b.manifest) as session:
-                got = session.region_times(inputs, repeats, only=todo)
+                got = session.region_times(inputs, repeats or REPEATS, only=todo)
         except (AotError, RuntimeError) as e:   # iree.runtime raises RuntimeError
             progress(f"order    candidate {b.path.name} did not run ({e}); its regions keep their estimates")
             continue
@@ -104,8 +104,8 @@ def rescore(view: GraphView, options: PartitionOptions, candidates: tuple[Plan, 
     progress(f"order    measured {len(times)} distinct region(s) of {len(bundles)} plan(s); scored "
              f"{scoring.scored_measured} region(s) by measurement, {scoring.scored_estimated} by estimate: "
              f"greedy {scoring.greedy_us:.1f} us, chosen {scoring.chosen_us:.1f} us; kept the "
-             f"{measured.kept.value} plan ({'another' if scoring.changed else 'the same'} plan than the estimates "
-             f"chose) ({scoring.seconds:.1f}s)")
+             f"{measured.kept.value} plan, {'not ' if scoring.changed else ''}the one the estimates chose "
+             f"({scoring.seconds:.1f}s)")
     part = dataclasses.replace(chosen.record.partition, order_search=outcome)
     return Rescored(dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part)),
                     greedy, times)
