@@ -214,7 +214,8 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
         compile_ = _Compiler(ws, planned, imported, weights_entry(imported.params_path), options, clock, executor)
         staged = compile_(planned.plan, "built")
         if _should_measure(staged, options) and planned.candidates:   # score the search with measured regions
-            rescored = measured_order.rescore(planned.view, planned.options, planned.candidates, staged, compile_, progress)
+            rescored = measured_order.rescore(planned.view, planned.options, planned.candidates, staged, compile_,
+                                              clock.done)
             staged = rescored.staged
             planned = dataclasses.replace(planned, plan=staged.plan, greedy=rescored.greedy, record=staged.record.partition)
             compile_ = dataclasses.replace(compile_, planned=planned)   # later candidates keep the measured record

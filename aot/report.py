@@ -102,7 +102,7 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
                      f"back); kept the {search.kept.value} plan")
         if scoring is not None:
             lines.append(f"  scored with measured region times: {scoring.regions_timed} distinct region(s) timed on "
-                         f"their devices from {scoring.plans_timed} plan(s); the scoring took {scoring.scored_measured} "
+                         f"their devices from {scoring.plans_timed} plan(s), {scoring.rounds} round(s); the scoring took {scoring.scored_measured} "
                          f"region(s) measured, {scoring.scored_estimated} estimated (scaled per device): greedy "
                          f"{scoring.greedy_us:.1f} us, chosen {scoring.chosen_us:.1f} us; kept the {scoring.kept.value} "
                          f"plan, {'not ' if scoring.changed else ''}the estimates' choice ({scoring.seconds:.1f}s)")

@@ -34,8 +34,12 @@ from aot.partition.support import ACCEL, HOST, Device
 from aot.runtime.manifest import RegionEntry
 
 REPEATS = 20    # timed calls per region: the measured gate's count (checks/measure.py)
+# Rounds of "time what the scoring chose, score again": each adds the chosen plan's untimed
+# regions, so it settles fast; the bound keeps a plan that keeps changing from compiling forever.
+ROUNDS = 3
 
 Compile = Callable[[Plan, str], Staged]   # the pipeline's outline -> compile -> stage for one plan
+Done = Callable[[str, str], None]         # the pipeline's clock: a stage's name and its line
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,7 @@ class Rescored:
 
     staged: Staged
     greedy: Plan | None
-    times: tuple[RegionTime, ...]
+    times: tuple[RegionTime, ...]   # every region timed, in the order they were
 
 
 def device_of(region: RegionEntry) -> Device:
@@ -54,11 +58,12 @@ def device_of(region: RegionEntry) -> Device:
     return HOST if region.target.is_host else ACCEL
 
 
-def time_regions(bundles: tuple[Staged, ...], progress: Callable[[str], None],
+def time_regions(bundles: tuple[Staged, ...], done: Done, known: tuple[RegionTime, ...] = (),
                  repeats: int | None = None) -> tuple[RegionTime, ...]:
-    """Each distinct region (device + node set) of ``bundles`` timed once, in the first bundle
-    that has it. A bundle that fails to run is skipped (its regions keep their estimates)."""
-    times: dict[RegionKey, RegionTime] = {}
+    """Each distinct region (device + node set) of ``bundles`` not in ``known`` timed once, in the
+    first bundle that has it. A bundle that fails to run is skipped (its regions keep their
+    estimates)."""
+    times: dict[RegionKey, RegionTime] = {t.key: t for t in known}
     inputs = random_inputs(bundles[0].manifest.inputs, seed=0)
     for b in bundles:
         keys = {r.name: (device_of(b.manifest.region(r.name)), r.nodes) for r in b.plan.regions}
@@ -69,44 +74,50 @@ def time_regions(bundles: tuple[Staged, ...], progress: Callable[[str], None],
             with CheckSession(b.path, b.manifest) as session:
                 got = session.region_times(inputs, repeats or REPEATS, only=todo)
         except (AotError, RuntimeError) as e:   # iree.runtime raises RuntimeError
-            progress(f"order    candidate {b.path.name} did not run ({e}); its regions keep their estimates")
+            done("order", f"candidate {b.path.name} did not run ({e}); its regions keep their estimates")
             continue
         for name, us in got.items():
             dev, nodes = keys[name]
             times[(dev, frozenset(nodes))] = RegionTime(dev, nodes, round(us, 3))
+    done("order", f"timed {len(times) - len(known)} new region(s) of {len(bundles)} plan(s) on their devices")
     return tuple(times.values())
 
 
 def rescore(view: GraphView, options: PartitionOptions, candidates: tuple[Plan, ...], staged: Staged,
-            compile_: Compile, progress: Callable[[str], None]) -> Rescored:
+            compile_: Compile, done: Done) -> Rescored:
     """Time ``candidates`` (and ``staged``, the estimates' choice) region by region, partition
-    again scoring with the measured times, and stage the plan that wins. Deterministic given the
-    times."""
+    again scoring with the measured times, and stage the plan that wins. Where the winner holds a
+    region nobody timed (a grouping no candidate had, scored by a scaled estimate), time it and
+    score again, up to ``ROUNDS`` times: what ships is chosen by its own measured regions.
+    Deterministic given the times."""
     start = time.perf_counter()
     estimated = staged.record.partition.order_search
     assert estimated is not None, "the measured scoring follows an order search"
     others = tuple(compile_(p, f"order-{i}") for i, p in enumerate(candidates) if p.digest() != staged.plan.digest())
-    bundles = (staged, *others)
-    times = time_regions(bundles, progress)
-    again = partition(view, dataclasses.replace(options, measured=times))
-    # The partitioner's plans carry no memory splits: the pipeline pins them on every plan it builds.
-    plan = dataclasses.replace(again.plan, splits=staged.plan.splits)
-    greedy = again.greedy and dataclasses.replace(again.greedy, splits=staged.plan.splits)
+    bundles: dict[str, Staged] = {b.plan.digest(): b for b in (staged, *others)}
+    times = time_regions(tuple(bundles.values()), done)
+    for round_ in range(1, ROUNDS + 1):
+        again = partition(view, dataclasses.replace(options, measured=times))
+        # The partitioner's plans carry no memory splits: the pipeline pins them on every plan it builds.
+        plan = dataclasses.replace(again.plan, splits=staged.plan.splits)
+        if plan.digest() not in bundles:   # a grouping no candidate had: its regions mostly compiled already
+            bundles[plan.digest()] = compile_(plan, f"measured-order-{round_}")
+        chosen = bundles[plan.digest()]
+        if round_ == ROUNDS or not (more := time_regions((chosen,), done, times)[len(times):]):
+            break
+        times = (*times, *more)
     measured = again.order_search
     assert measured is not None and measured.measured_scoring is not None
-    chosen = next((b for b in bundles if b.plan.digest() == plan.digest()), None)
-    if chosen is None:   # a grouping no candidate had: its regions are mostly compiled already
-        chosen = compile_(plan, "measured-order")
-    scoring = dataclasses.replace(measured.measured_scoring, plans_timed=len(bundles),
+    scoring = dataclasses.replace(measured.measured_scoring, plans_timed=len(bundles), rounds=round_,
                                   changed=plan.digest() != staged.plan.digest(),
                                   seconds=round(time.perf_counter() - start, 3))
-    outcome = dataclasses.replace(estimated, kept=measured.kept, measured_scoring=scoring)
-    progress(f"order    measured {len(times)} distinct region(s) of {len(bundles)} plan(s); scored "
-             f"{scoring.scored_measured} region(s) by measurement, {scoring.scored_estimated} by estimate: "
-             f"greedy {scoring.greedy_us:.1f} us, chosen {scoring.chosen_us:.1f} us; kept the "
-             f"{measured.kept.value} plan, {'not ' if scoring.changed else ''}the one the estimates chose "
-             f"({scoring.seconds:.1f}s)")
-    part = dataclasses.replace(chosen.record.partition, order_search=outcome)
+    done("order", f"scored {scoring.scored_measured} region(s) by measurement, {scoring.scored_estimated} by "
+                  f"estimate ({len(times)} timed, {len(bundles)} plan(s), {round_} round(s)): greedy "
+                  f"{scoring.greedy_us:.1f} us, chosen {scoring.chosen_us:.1f} us; kept the {measured.kept.value} "
+                  f"plan, {'not ' if scoring.changed else ''}the one the estimates chose")
+    part = dataclasses.replace(chosen.record.partition, order_search=dataclasses.replace(
+        estimated, kept=measured.kept, measured_scoring=scoring))
+    greedy = again.greedy and dataclasses.replace(again.greedy, splits=staged.plan.splits)
     return Rescored(dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part)),
                     greedy, times)
 

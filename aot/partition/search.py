@@ -97,6 +97,7 @@ class MeasuredScoring:
     kept: OrderMode                        # what the measured scoring chose
     changed: bool                          # it chose another plan than the estimates did
     seconds: float                         # compiling, timing and scoring the candidates
+    rounds: int = 1                        # scorings: the winner's untimed regions timed, then again
 
 
 @dataclass(frozen=True, slots=True)

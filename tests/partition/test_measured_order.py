@@ -110,14 +110,61 @@ def test_the_record_round_trips_and_the_report_states_the_measured_scoring():
     estimated = partition(view, measured_options()).order_search
     measured = partition(view, measured_options(LAVAPIPE)).order_search
     assert estimated is not None and measured is not None and measured.measured_scoring is not None
-    scoring = dataclasses.replace(measured.measured_scoring, plans_timed=3, changed=True, seconds=1.5)
+    scoring = dataclasses.replace(measured.measured_scoring, plans_timed=3, changed=True, seconds=1.5, rounds=2)
     outcome = dataclasses.replace(estimated, kept=measured.kept, measured_scoring=scoring)
     rec = small_record()
     part = dataclasses.replace(rec.partition, segments=(SegmentRecord(0, 5, "j", "j"),), order_search=outcome)
     assert codec.decode(PartitionRecord, codec.encode(part)) == part
     text = "\n".join(report.segment_lines(part))
     assert "[measured: greedy 3350.0 us, chosen 3350.0 us]" in text
-    assert ("scored with measured region times: 6 distinct region(s) timed on their devices from 3 plan(s); "
+    assert ("scored with measured region times: 6 distinct region(s) timed on their devices from 3 plan(s), 2 round(s); "
             "the scoring took 6 region(s) measured, 0 estimated") in text
     assert "kept the greedy plan, not the estimates' choice (1.5s)" in text
 
+
+
+def test_the_stage_times_candidates_scores_again_and_stages_the_measured_winner(monkeypatch, tmp_path):
+    """checks/measured_order.rescore with the compiler and the devices faked: the estimates'
+    searched plan is staged, greedy's candidate compiled, the table's times choose greedy's bundle
+    (already compiled: nothing more), and the staged record carries the measured scoring."""
+    from conftest import small_manifest, small_record
+    from aot.bundle.write import Staged
+    from aot.checks import measured_order
+
+    view = two_branches()
+    estimated = partition(view, measured_options())
+    record = small_record()
+    record = dataclasses.replace(record, partition=dataclasses.replace(record.partition,
+                                                                       order_search=estimated.order_search))
+
+    def staged_of(plan: Plan, name: str) -> Staged:
+        return Staged(tmp_path / name, small_manifest(), record, plan)
+
+    compiled: list[str] = []
+
+    def compile_(plan: Plan, name: str) -> Staged:
+        compiled.append(name)
+        return staged_of(plan, name)
+
+    table = {t.key: t for t in LAVAPIPE}
+
+    def fake_times(bundles, done, known=(), repeats=None):
+        times = {t.key: t for t in known}
+        for b in bundles:
+            for r in b.plan.regions:
+                times.setdefault((r.device, frozenset(r.nodes)), table[(r.device, frozenset(r.nodes))])
+        return tuple(times.values())
+
+    monkeypatch.setattr(measured_order, "time_regions", fake_times)
+    lines: list[str] = []
+    got = measured_order.rescore(view, measured_options(), estimated.candidates, staged_of(estimated.plan, "built"),
+                                 compile_, lambda stage, line: lines.append(f"{stage} {line}"))
+    assert compiled == ["order-0"] + [f"order-{i}" for i in range(2, len(estimated.candidates))]
+    assert schedule(got.staged.plan) == GREEDY and got.staged.path.name == "order-0" and got.greedy is None
+    outcome = got.staged.record.partition.order_search
+    assert outcome is not None and outcome.kept is OrderMode.GREEDY
+    scoring = outcome.measured_scoring
+    assert scoring is not None and scoring.changed and scoring.rounds == 1
+    assert scoring.plans_timed == len(estimated.candidates) and scoring.regions_timed == len(got.times)
+    assert outcome.segments == estimated.order_search.segments   # the estimates' scores stay beside it
+    assert any("kept the greedy plan, not the one the estimates chose" in line for line in lines)

@@ -107,7 +107,7 @@ def test_measure_scores_the_search_with_timed_regions_and_a_replay_times_nothing
     assert [s.index for s in scoring.segments] == [s.index for s in outcome.segments]
     assert all(s.greedy_us > 0 and s.chosen_us > 0 for s in scoring.segments)
     assert outcome.kept is scoring.kept or outcome.measured_greedy_us is not None   # the whole runs may overrule it
-    assert any(line.startswith("order    measured") for line in lines)
+    assert any(line.startswith("order    scored") and "by measurement" in line for line in lines)
     assert "scored with measured region times" in report.text(runtime.load(bundle).manifest, record.read(bundle))
     golden(bundle, model)
 
