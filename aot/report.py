@@ -103,9 +103,9 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
         if scoring is not None:
             lines.append(f"  scored with measured region times: {scoring.regions_timed} distinct region(s) timed on "
                          f"their devices from {scoring.plans_timed} plan(s), {scoring.rounds} round(s); the scoring took {scoring.scored_measured} "
-                         f"region(s) measured, {scoring.scored_estimated} estimated (scaled per device): greedy "
-                         f"{scoring.greedy_us:.1f} us, chosen {scoring.chosen_us:.1f} us; kept the {scoring.kept.value} "
-                         f"plan, {'not ' if scoring.changed else ''}the estimates' choice ({scoring.seconds:.1f}s)")
+                         f"region(s) measured, {scoring.scored_estimated} estimated (scaled per device): "
+                         f"{scoring.verdict()}, {'not ' if scoring.changed else ''}the estimates' choice "
+                         f"({scoring.seconds:.1f}s)")
         if search.measured_greedy_us is not None and search.measured_searched_us is not None:
             lines.append(f"  measured on the devices: greedy {search.measured_greedy_us:.1f} us, searched "
                          f"{search.measured_searched_us:.1f} us (medians)")

@@ -112,9 +112,8 @@ def rescore(view: GraphView, options: PartitionOptions, candidates: tuple[Plan, 
                                   changed=plan.digest() != staged.plan.digest(),
                                   seconds=round(time.perf_counter() - start, 3))
     done("order", f"scored {scoring.scored_measured} region(s) by measurement, {scoring.scored_estimated} by "
-                  f"estimate ({len(times)} timed, {len(bundles)} plan(s), {round_} round(s)): greedy "
-                  f"{scoring.greedy_us:.1f} us, chosen {scoring.chosen_us:.1f} us; kept the {measured.kept.value} "
-                  f"plan, {'not ' if scoring.changed else ''}the one the estimates chose")
+                  f"estimate ({len(times)} timed, {len(bundles)} plan(s), {round_} round(s)): {scoring.verdict()}, "
+                  f"{'not ' if scoring.changed else ''}the one the estimates chose")
     part = dataclasses.replace(chosen.record.partition, order_search=dataclasses.replace(
         estimated, kept=measured.kept, measured_scoring=scoring))
     greedy = again.greedy and dataclasses.replace(again.greedy, splits=staged.plan.splits)

@@ -52,7 +52,8 @@ def test_measured_region_times_change_the_choice_the_estimates_made():
     (seg,) = scoring.segments
     # The segment's greedy lanes: 300 + 3050; the searched: 60, then a (3000) beside h1 (250), then j (800).
     assert seg.greedy_us == 3350.0 and seg.chosen_us == 3350.0
-    assert scoring.greedy_us == scoring.chosen_us == outcome.greedy_us    # whole plans, transfers included
+    assert scoring.greedy_us == outcome.greedy_us    # whole plans, transfers included
+    assert scoring.searched_us == outcome.searched_us >= scoring.greedy_us
 
 
 def test_measured_times_that_agree_with_the_estimates_keep_the_estimates_choice():
@@ -120,6 +121,10 @@ def test_the_record_round_trips_and_the_report_states_the_measured_scoring():
     assert ("scored with measured region times: 6 distinct region(s) timed on their devices from 3 plan(s), 2 round(s); "
             "the scoring took 6 region(s) measured, 0 estimated") in text
     assert "kept the greedy plan, not the estimates' choice (1.5s)" in text
+    # Faster but kept greedy: the partition rules vetoed the searched plan, and the report says so.
+    vetoed = dataclasses.replace(scoring, searched_us=scoring.greedy_us - 1)
+    assert vetoed.verdict().endswith("kept the greedy plan (the searched plan breaks a partition rule)")
+    assert "rule" not in scoring.verdict()
 
 
 
