@@ -29,7 +29,7 @@ from aot.frontend.graph import GraphView
 from aot.partition.order import OrderMode
 from aot.partition.partitioner import PartitionOptions, partition
 from aot.partition.plan import Plan
-from aot.partition.search import RegionKey, RegionTime
+from aot.partition.search import RegionKey, MeasuredRegion
 from aot.partition.support import ACCEL, HOST, Device
 from aot.runtime.manifest import RegionEntry
 
@@ -49,7 +49,7 @@ class Rescored:
 
     staged: Staged
     greedy: Plan | None
-    times: tuple[RegionTime, ...]   # every region timed, in the order they were
+    times: tuple[MeasuredRegion, ...]   # every region timed, in the order they were
 
 
 def device_of(region: RegionEntry) -> Device:
@@ -58,12 +58,12 @@ def device_of(region: RegionEntry) -> Device:
     return HOST if region.target.is_host else ACCEL
 
 
-def time_regions(bundles: tuple[Staged, ...], done: Done, known: tuple[RegionTime, ...] = (),
-                 repeats: int | None = None) -> tuple[RegionTime, ...]:
+def time_regions(bundles: tuple[Staged, ...], done: Done, known: tuple[MeasuredRegion, ...] = (),
+                 repeats: int | None = None) -> tuple[MeasuredRegion, ...]:
     """Each distinct region (device + node set) of ``bundles`` not in ``known`` timed once, in the
     first bundle that has it. A bundle that fails to run is skipped (its regions keep their
     estimates)."""
-    times: dict[RegionKey, RegionTime] = {t.key: t for t in known}
+    times: dict[RegionKey, MeasuredRegion] = {t.key: t for t in known}
     inputs = random_inputs(bundles[0].manifest.inputs, seed=0)
     for b in bundles:
         keys = {r.name: (device_of(b.manifest.region(r.name)), r.nodes) for r in b.plan.regions}
@@ -78,7 +78,7 @@ def time_regions(bundles: tuple[Staged, ...], done: Done, known: tuple[RegionTim
             continue
         for name, us in got.items():
             dev, nodes = keys[name]
-            times[(dev, frozenset(nodes))] = RegionTime(dev, nodes, round(us, 3))
+            times[(dev, frozenset(nodes))] = MeasuredRegion(dev, nodes, round(us, 3))
     done("order", f"timed {len(times) - len(known)} new region(s) of {len(bundles)} plan(s) on their devices")
     return tuple(times.values())
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from aot.frontend.graph import GraphView
 from aot.partition import order, policies, search, select
 from aot.partition.order import OrderMode
-from aot.partition.search import OrderSearch, RegionTime
+from aot.partition.search import OrderSearch, MeasuredRegion
 from aot.partition.segments import segments
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.overlap import split_for_overlap
@@ -42,7 +42,7 @@ class PartitionOptions:
     # --order search --measure: plans the build times region by region (greedy's included), then
     # the durations it measured, for the search to score with (checks/measured_order.py).
     measure_plans: int = 0
-    measured: tuple[RegionTime, ...] = ()
+    measured: tuple[MeasuredRegion, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ class SegmentScore:
 
 
 @dataclass(frozen=True, slots=True)
-class RegionTime:
+class MeasuredRegion:
     """One region timed alone on its device (median, microseconds): what ``--measure`` feeds the
     search. Identified by device and node set, not by name: names differ from plan to plan."""
 
@@ -132,7 +132,7 @@ class _Scorer:
     """Lane time of a schedule of regions, from per-node FLOPs and bytes counted once, or from
     ``measured`` durations where a region was timed."""
 
-    def __init__(self, view: GraphView, cost: CostModel, measured: Iterable[RegionTime] = ()) -> None:
+    def __init__(self, view: GraphView, cost: CostModel, measured: Iterable[MeasuredRegion] = ()) -> None:
         self.view, self.cost = view, cost
         self.flops = {n.name: node_flops(n, view) for n in view.nodes}
         self.nbytes = {n.name: node_bytes(n, view) for n in view.nodes}
@@ -181,7 +181,7 @@ def digest(schedule: Schedule) -> str:
 
 
 def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostModel, budget: int,
-           moves: Moves, measured: Iterable[RegionTime] = ()) -> tuple[Plan, OrderSearch]:
+           moves: Moves, measured: Iterable[MeasuredRegion] = ()) -> tuple[Plan, OrderSearch]:
     """The best plan found for ``plan``'s devices, and what the search did. ``moves``: the
     partition rules' verdict on a grouping (nothing: it stands). ``measured``: region durations
     timed on the devices, used in place of the estimates where they exist (the outcome's times

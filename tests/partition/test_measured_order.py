@@ -11,7 +11,7 @@ import dataclasses
 from aot.partition.order import OrderMode
 from aot.partition.partitioner import partition
 from aot.partition.plan import GateMode, Plan
-from aot.partition.search import RegionTime, _Scorer
+from aot.partition.search import MeasuredRegion, _Scorer
 from aot.partition.support import ACCEL, HOST, Group
 from test_order_search import COST, HOST_SIDE, options, two_branches
 
@@ -21,9 +21,9 @@ SEARCHED = [(HOST, ("x", "h2")), (ACCEL, ("a",)), (HOST, ("h1",)), (ACCEL, ("j",
 # What lavapipe could say: every accelerator call costs ~0.8 ms whatever it does, so the searched
 # plan's extra accelerator region (j alone) costs more than the overlap with h1 saves. The cost
 # model's call overhead is far smaller: by estimate the searched plan wins.
-LAVAPIPE = (RegionTime(HOST, ("x", "h1", "h2"), 300.0), RegionTime(ACCEL, ("a", "j"), 3050.0),
-            RegionTime(HOST, ("x", "h2"), 60.0), RegionTime(ACCEL, ("a",), 3000.0),
-            RegionTime(HOST, ("h1",), 250.0), RegionTime(ACCEL, ("j",), 800.0))
+LAVAPIPE = (MeasuredRegion(HOST, ("x", "h1", "h2"), 300.0), MeasuredRegion(ACCEL, ("a", "j"), 3050.0),
+            MeasuredRegion(HOST, ("x", "h2"), 60.0), MeasuredRegion(ACCEL, ("a",), 3000.0),
+            MeasuredRegion(HOST, ("h1",), 250.0), MeasuredRegion(ACCEL, ("j",), 800.0))
 
 
 def measured_options(measured=(), plans=4):
@@ -59,7 +59,7 @@ def test_measured_region_times_change_the_choice_the_estimates_made():
 def test_measured_times_that_agree_with_the_estimates_keep_the_estimates_choice():
     view = two_branches()
     scorer = _Scorer(view, COST)
-    agreeing = tuple(RegionTime(t.device, t.nodes, scorer.estimate_us(Group(t.device, t.nodes))) for t in LAVAPIPE)
+    agreeing = tuple(MeasuredRegion(t.device, t.nodes, scorer.estimate_us(Group(t.device, t.nodes))) for t in LAVAPIPE)
     measured = partition(view, measured_options(agreeing))
     estimated = partition(view, measured_options())
     assert measured.plan.digest() == estimated.plan.digest()
@@ -79,7 +79,7 @@ def test_an_unmeasured_region_takes_its_estimate_scaled_by_its_devices_measured_
     view = two_branches()
     plain = _Scorer(view, COST)
     a, j = Group(ACCEL, ("a",)), Group(ACCEL, ("j",))
-    scorer = _Scorer(view, COST, (RegionTime(ACCEL, ("a",), plain.estimate_us(a) * 4),))
+    scorer = _Scorer(view, COST, (MeasuredRegion(ACCEL, ("a",), plain.estimate_us(a) * 4),))
     assert scorer.region_us(a) == plain.estimate_us(a) * 4
     assert scorer.region_us(j) == plain.estimate_us(j) * 4     # scaled as its device's measured region
     h1 = Group(HOST, ("h1",))
