@@ -41,8 +41,8 @@ class PartitionOptions:
     node_labels: tuple[tuple[str, Label], ...]
     # --order search --measure: plans the build times region by region (greedy's included), then
     # the durations it measured, for the search to score with (checks/measured_order.py).
-    measure_plans: int = 0
-    measured: tuple[MeasuredRegion, ...] = ()
+    measure_plans: int
+    measured: tuple[MeasuredRegion, ...]
 
 
 @dataclass(frozen=True, slots=True)
