@@ -95,15 +95,15 @@ class MeasuredScoring:
     greedy_us: float                       # whole plan: measured lanes + estimated transfers
     searched_us: float                     # of the linked winners (kept only if faster and no rule breaks)
     kept: OrderMode                        # what the measured scoring chose
+    changed: bool                          # it chose another plan than the estimates did
+    seconds: float                         # compiling, timing and scoring the candidates
+    rounds: int = 1                        # scorings: the winner's untimed regions timed, then again
 
     def verdict(self) -> str:
         """Greedy's and the searched plan's scores, and which was kept (and why, when slower)."""
         vetoed = self.kept is OrderMode.GREEDY and self.searched_us < self.greedy_us
         return (f"greedy {self.greedy_us:.1f} us, searched {self.searched_us:.1f} us; kept the {self.kept.value} plan"
                 + (" (the searched plan breaks a partition rule)" if vetoed else ""))
-    changed: bool                          # it chose another plan than the estimates did
-    seconds: float                         # compiling, timing and scoring the candidates
-    rounds: int = 1                        # scorings: the winner's untimed regions timed, then again
 
 
 @dataclass(frozen=True, slots=True)
