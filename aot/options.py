@@ -256,6 +256,12 @@ class BuildOptions:
     order_budget: int = option(64, Flag(
         "--order-budget", "--order search: node orders tried and distinct plans scored per segment", metavar="N",
         parse=lambda t: _positive(t, "--order-budget")))
+    # Each candidate compiles its distinct regions (the cache dedups the rest) and times them on
+    # lavapipe here: a handful, not the whole budget.
+    measure_plans: int = option(4, Flag(
+        "--measure-plans", "--order search --measure: plans compiled and timed region by region (greedy's, then "
+        "per segment the next best by estimate); the search then scores with each distinct region's measured "
+        "time", metavar="N", parse=lambda t: _positive(t, "--measure-plans")))
     memory_limits: tuple[tuple[str, int], ...] = option((), Flag(
         "--memory-limit", "split every operator whose working set (inputs + weights + outputs) is over its device's "
         "limit into the fewest pieces that fit (batch axis first, then channels; never a reduced axis); one that "
@@ -317,7 +323,8 @@ class BuildOptions:
         return PartitionOptions(self.accel.backend if self.accel else None, self.min_compute, self.overrides,
                                 self.policy, self.select, self.threshold, self.gate, self.cost_params,
                                 self.min_segment_nodes, self.order, self.order_budget,
-                                ())   # no labels decided yet: memory splitting adds its own (memory_limits.py)
+                                (),   # no labels decided yet: memory splitting adds its own (memory_limits.py)
+                                self.measure_plans, ())   # nothing timed yet: checks/measured_order.py times
 
     def tune_settings(self) -> TuneSettings:
         """The tuner's view of these settings."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Union
 
 from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage, weights_entry
-from aot.checks import measure, verify
+from aot.checks import measure, measured_order, verify
 from aot.checks.reference import random_inputs
 from aot import memory_limits
 from aot.frontend.graph import GraphView
@@ -29,7 +29,6 @@ from aot.lower.importer import ImportedModule, import_source
 from aot.lower.outline import outline
 from aot.options import BuildOptions
 from aot.partition import Plan, validate
-from aot.partition.order import OrderMode
 from aot.partition.plan import Gate, GateMode
 from aot.partition.cost import CostModel, region_estimate
 from aot.partition import policies
@@ -64,6 +63,7 @@ class Planned:
     cost: CostModel              # loaded once: estimates for every candidate and the plan summary
     record: PartitionRecord      # how the plan was made, as the manifest states it
     greedy: Plan | None = None   # --order search: the greedy plan the search replaced (--measure times it)
+    candidates: tuple[Plan, ...] = ()   # --order search --measure: plans timed region by region
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
-        searched, greedy = None, None    # a plan file is replayed: nothing is searched
+        searched, greedy, candidates = None, None, ()    # a plan file is replayed: nothing is searched
     else:
         partitioned = (partition(view, popts) if not _learned(popts) else
                        learned_decide(view, popts, options))
@@ -115,6 +115,7 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
         if split is not None:
             plan = dataclasses.replace(plan, splits=split.splits)
             greedy = greedy and dataclasses.replace(greedy, splits=split.splits)
+        candidates = tuple(dataclasses.replace(c, splits=plan.splits) for c in partitioned.candidates)
     segs = segments(view, popts.min_segment_nodes)
     # Suggestions re-partition with other settings: under --policy learned, with the greedy merge it uses.
     tips = suggestions(view, dataclasses.replace(popts, policy="greedy", gate=GateMode.OFF) if _learned(popts)
@@ -130,7 +131,7 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
               for s in segs), searched,
         MemoryRecord(options.memory_limits, plan.splits, tuple((h.node, h.reason) for h in split.hosted))
         if split is not None else None)
-    return Planned(source, view, plan, popts, cost, record, greedy)
+    return Planned(source, view, plan, popts, cost, record, greedy, candidates)
 
 
 def _learned(popts: PartitionOptions) -> bool:
@@ -227,13 +228,19 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
         clock.done("import", f"weights in {ws.params.name}")
         compile_ = _Compiler(ws, planned, imported, weights_entry(imported.params_path), options, clock, executor)
         staged = compile_(planned.plan, "built")
+        if _should_measure(staged, options) and planned.candidates:   # score the search with measured regions
+            rescored = measured_order.rescore(planned.view, planned.options, planned.candidates, staged, compile_,
+                                              clock.done)
+            staged = rescored.staged
+            planned = dataclasses.replace(planned, plan=staged.plan, greedy=rescored.greedy, record=staged.record.partition)
+            compile_ = dataclasses.replace(compile_, planned=planned)   # later candidates keep the measured record
         if _should_verify(staged, options):
             staged = _verified(staged, planned, compile_, progress)
         if options.tune:
             staged = _tuned(staged, planned, compile_, options, progress)
             clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
         if _should_measure(staged, options) and planned.greedy is not None:
-            staged = _measured_order(staged, planned, planned.greedy, compile_, progress)
+            staged = measured_order.against_greedy(staged, planned.greedy, compile_, progress)
         if _should_measure(staged, options):
             staged = _measured_gate(staged, planned, compile_, progress)
         if options.gate is GateMode.LEARNED and options.measure_prediction and staged.plan.gate is not None:
@@ -369,23 +376,6 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
 def _should_measure(staged: Staged, options: BuildOptions) -> bool:
     """The measured gate times a partition, unless a plan file pinned what it decided."""
     return options.gate is GateMode.MEASURED and options.plan_file is None and len(staged.plan.regions) > 1
-
-
-def _measured_order(staged: Staged, planned: Planned, greedy: Plan, compile_: _Compiler, progress: Progress) -> Staged:
-    """Time the searched plan against the greedy one it replaced; keep the faster. The lane
-    model chose the searched plan from estimates; this is the same choice on the devices."""
-    searched = planned.record.order_search
-    assert searched is not None
-    other = compile_(greedy, "greedy-order")
-    got = measure.side_by_side([measure.Contender("searched", staged.path, staged.manifest),
-                                measure.Contender("greedy", other.path, other.manifest)])
-    searched_us, greedy_us = got["searched"].whole_us, got["greedy"].whole_us
-    outcome = searched.measured(greedy_us, searched_us)
-    progress(f"measure  searched order {searched_us:.1f} us vs greedy {greedy_us:.1f} us (medians): "
-             f"kept the {outcome.kept.value} plan")
-    chosen = staged if outcome.kept is OrderMode.SEARCH else other
-    part = dataclasses.replace(chosen.record.partition, order_search=outcome)
-    return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part))
 
 
 def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, progress: Progress) -> Staged:

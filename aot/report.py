@@ -81,6 +81,8 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
         return []
     search = part.order_search
     scores = {s.index: s for s in search.segments} if search else {}
+    scoring = search.measured_scoring if search else None
+    measured = {s.index: s for s in scoring.segments} if scoring else {}
     lines = [f"segments: {len(part.segments)} (cut at key nodes, which every input-to-output path visits)"]
     for seg in part.segments[:most]:
         keys = ("-" if seg.first_key is None or seg.last_key is None else _name(seg.first_key)
@@ -89,6 +91,8 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
         if (sc := scores.get(seg.index)) is not None:
             line += (f"  [{sc.plans_scored} plan(s) scored: greedy {sc.greedy_us:.1f} us, "
                      f"chosen {sc.chosen_us:.1f} us]")
+        if (ms := measured.get(seg.index)) is not None:
+            line += f"  [measured: greedy {ms.greedy_us:.1f} us, chosen {ms.chosen_us:.1f} us]"
         lines.append(line)
     if len(part.segments) > most:
         lines.append(f"  ... {len(part.segments) - most} more segment(s)")
@@ -96,6 +100,12 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
         lines.append(f"order search (budget {search.budget} per segment): greedy plan {search.greedy_us:.1f} us, "
                      f"searched plan {search.searched_us:.1f} us ({search.fused_bounds} segment bound(s) fused "
                      f"back); kept the {search.kept.value} plan")
+        if scoring is not None:
+            lines.append(f"  scored with measured region times: {scoring.regions_timed} distinct region(s) timed on "
+                         f"their devices from {scoring.plans_timed} plan(s), {scoring.rounds} round(s); the scoring took {scoring.scored_measured} "
+                         f"region(s) measured, {scoring.scored_estimated} estimated (scaled per device): "
+                         f"{scoring.verdict()}, {'not ' if scoring.changed else ''}the estimates' choice "
+                         f"({scoring.seconds:.1f}s)")
         if search.measured_greedy_us is not None and search.measured_searched_us is not None:
             lines.append(f"  measured on the devices: greedy {search.measured_greedy_us:.1f} us, searched "
                          f"{search.measured_searched_us:.1f} us (medians)")

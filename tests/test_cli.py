@@ -76,6 +76,7 @@ SPELLINGS = [
     (("--min-segment-nodes", "3"), "min_segment_nodes", 3),
     (("--order", "search"), "order", OrderMode.SEARCH),
     (("--order-budget", "16"), "order_budget", 16),
+    (("--measure-plans", "2"), "measure_plans", 2),
     (("--memory-limit", "vulkan=64MiB,local-task=1.5GiB"), "memory_limits", (("vulkan", 64 << 20),
                                                                             ("local-task", 3 << 29))),
     (("--host-ops", "Softmax, Relu", "--accel-nodes", "conv*"), "overrides",
@@ -100,6 +101,7 @@ def test_every_flag_spelling_still_sets_its_option_and_nothing_else(argv, field,
 
 
 @pytest.mark.parametrize("argv", [("--order-budget", "0"), ("--min-segment-nodes", "-1"), ("--order-budget", "x"),
+                                  ("--measure-plans", "0"),
                                   ("--tune-segments", "3"), ("--tune-segments", "9"), ("--tune-segments", "x")])
 def test_order_and_segment_settings_out_of_range_are_usage_errors(argv):
     with pytest.raises(AotError, match=argv[0]):

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Mapping, Sequence, cast
+from typing import Callable, Mapping, Sequence, cast
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
@@ -114,13 +114,17 @@ class PlanCost:
 
 
 def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel,
-              schedule: Sequence[str] | None = None) -> PlanCost:
+              schedule: Sequence[str] | None = None, region_us: Callable[[Group], float] | None = None) -> PlanCost:
     """``regions``: name -> its device and nodes, issued in ``schedule`` (None: the greedy order
-    ``order.schedule`` gives them). Graph inputs and outputs live on the host."""
+    ``order.schedule`` gives them). Graph inputs and outputs live on the host. ``region_us``: a
+    region's compute time where it is known better than the roofline (measured on its device)."""
     owner = {n: name for name, group in regions.items() for n in group.nodes}
     device = {name: group.device for name, group in regions.items()}
     compute = []
     for name, group in regions.items():
+        if region_us is not None:
+            compute.append((name, region_us(group)))
+            continue
         ns = [view.node(n) for n in group.nodes]
         compute.append((name, model.device(group.device).time_us(sum(node_flops(n, view) for n in ns),
                                                        sum(node_bytes(n, view) for n in ns))))

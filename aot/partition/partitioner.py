@@ -13,7 +13,7 @@ from pathlib import Path
 from aot.frontend.graph import GraphView
 from aot.partition import order, policies, search, select
 from aot.partition.order import OrderMode
-from aot.partition.search import OrderSearch
+from aot.partition.search import OrderSearch, MeasuredRegion
 from aot.partition.segments import segments
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.overlap import split_for_overlap
@@ -39,6 +39,10 @@ class PartitionOptions:
     # Labels decided before partitioning (memory splitting, partition/splitting.py): a split's pieces
     # keep their original's device, a node no split fits goes to the host. Not a user setting.
     node_labels: tuple[tuple[str, Label], ...]
+    # --order search --measure: plans the build times region by region (greedy's included), then
+    # the durations it measured, for the search to score with (checks/measured_order.py).
+    measure_plans: int
+    measured: tuple[MeasuredRegion, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,7 @@ class Partitioned:
     plan: Plan
     order_search: OrderSearch | None
     greedy: Plan | None = None    # the greedy plan, when the search replaced it (--measure times both)
+    candidates: tuple[Plan, ...] = ()   # --order search --measure: plans to time, greedy's first
 
 
 def make_plan(view: GraphView, options: PartitionOptions) -> Plan:
@@ -82,16 +87,18 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
     groups, moved = split_for_overlap(groups, view, cost, lambda split: not moves_of(split))
     reasons = {**{n: lab.reason for n, lab in labels.items() if lab.device == HOST}, **moved}
     plan = plan_from_groups(view, groups, reasons)
-    searched, greedy = None, None
+    searched, greedy, candidates = None, None, ()
     if options.order is OrderMode.SEARCH:
-        greedy = plan
-        plan, searched = search.search(view, plan, segments(view, options.min_segment_nodes), cost,
-                                       options.order_budget, moves_of)
+        greedy, segs = plan, segments(view, options.min_segment_nodes)
+        plan, searched = search.search(view, plan, segs, cost, options.order_budget, moves_of, options.measured)
+        if options.gate is GateMode.MEASURED and options.measure_plans and not options.measured:
+            candidates = search.candidate_plans(view, greedy, segs, cost, options.order_budget, moves_of,
+                                                options.measure_plans)
         greedy = greedy if searched.kept is OrderMode.SEARCH else None
     if options.gate is GateMode.ROOFLINE and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))
     validate(plan, view)
-    return Partitioned(plan, searched, greedy)
+    return Partitioned(plan, searched, greedy, candidates)
 
 
 def judge(groups: Groups, view: GraphView, table: SupportTable) -> dict[str, str]:

@@ -19,6 +19,13 @@ partition chose them, and a candidate that breaks a partition rule the baseline 
 segment bounds costs region calls, so schedule-adjacent regions of one device across a bound
 fuse where that is faster; the greedy plan is kept unless the linked one is strictly faster.
 Deterministic: seeded and count-bounded.
+
+Measured scoring (``--order search --measure``, ``checks/measured_order.py``): ``candidate_plans``
+names a few plans worth timing (greedy's and, per segment, the next-best by estimate); the build
+times each distinct region (device + node set) once on its device, and ``search`` runs again with
+those durations (``measured``). A region nobody timed keeps its estimate, scaled by how far the
+timed regions of its device were from theirs: raw estimates beside measured times would favour
+whichever plan has the fewest measured regions.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass
+from statistics import median
 from typing import Callable, Iterable, Iterator, Mapping
 
 from aot.frontend.graph import GraphView
@@ -48,6 +56,7 @@ FUSE_MAX_RUNS = 48
 
 Moves = Callable[[Groups], Mapping[str, str]]   # the partition rules: node -> why it must move
 Schedule = tuple[Group, ...]                    # regions in the order they are issued
+RegionKey = tuple[Device, frozenset[str]]       # a region as timed: its device and node set
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,43 @@ class SegmentScore:
     plans_scored: int     # distinct (grouping, order) plans the lane model scored
     greedy_us: float      # the greedy plan's regions cut at the segment's bounds
     chosen_us: float      # the winner
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRegion:
+    """One region timed alone on its device (median, microseconds): what ``--measure`` feeds the
+    search. Identified by device and node set, not by name: names differ from plan to plan."""
+
+    device: Device
+    nodes: tuple[str, ...]
+    us: float
+
+    @property
+    def key(self) -> RegionKey:
+        return self.device, frozenset(self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredScoring:
+    """The search scored again with measured region durations (``--order search --measure``)."""
+
+    plans_timed: int                       # candidate plans compiled and timed region by region
+    regions_timed: int                     # distinct regions (device + nodes), each timed once
+    scored_measured: int                   # distinct regions the scoring took a measured time for
+    scored_estimated: int                  # ... and an estimate for (scaled per device)
+    segments: tuple[SegmentScore, ...]     # per segment, greedy vs chosen with measured durations
+    greedy_us: float                       # whole plan: measured lanes + estimated transfers
+    searched_us: float                     # of the linked winners (kept only if faster and no rule breaks)
+    kept: OrderMode                        # what the measured scoring chose
+    changed: bool                          # it chose another plan than the estimates did
+    seconds: float                         # compiling, timing and scoring the candidates
+    rounds: int = 1                        # scorings: the winner's untimed regions timed, then again
+
+    def verdict(self) -> str:
+        """Greedy's and the searched plan's scores, and which was kept (and why, when slower)."""
+        vetoed = self.kept is OrderMode.GREEDY and self.searched_us < self.greedy_us
+        return (f"greedy {self.greedy_us:.1f} us, searched {self.searched_us:.1f} us; kept the {self.kept.value} plan"
+                + (" (the searched plan breaks a partition rule)" if vetoed else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +119,8 @@ class OrderSearch:
     # --measure: both plans built and timed on the devices (medians, fair harness); the faster kept.
     measured_greedy_us: float | None = None
     measured_searched_us: float | None = None
+    # --measure: the search scored again with each candidate region timed on its device.
+    measured_scoring: MeasuredScoring | None = None
 
     def measured(self, greedy_us: float, searched_us: float) -> "OrderSearch":
         """This search with both plans' measured times; SEARCH stays only if measured faster."""
@@ -81,17 +129,35 @@ class OrderSearch:
 
 
 class _Scorer:
-    """Lane time of a schedule of regions, from per-node FLOPs and bytes counted once."""
+    """Lane time of a schedule of regions, from per-node FLOPs and bytes counted once, or from
+    ``measured`` durations where a region was timed."""
 
-    def __init__(self, view: GraphView, cost: CostModel) -> None:
+    def __init__(self, view: GraphView, cost: CostModel, measured: Iterable[MeasuredRegion] = ()) -> None:
         self.view, self.cost = view, cost
         self.flops = {n.name: node_flops(n, view) for n in view.nodes}
         self.nbytes = {n.name: node_bytes(n, view) for n in view.nodes}
         self.position = {n.name: i for i, n in enumerate(view.nodes)}
+        self.measured = {t.key: t.us for t in measured}
+        ratios: dict[Device, list[float]] = {}
+        for (dev, nodes), us in self.measured.items():
+            ratios.setdefault(dev, []).append(us / self.estimate_us(Group(dev, tuple(nodes))))
+        self.scale = {dev: median(rs) for dev, rs in ratios.items()}
+        self.hits: set[RegionKey] = set()     # distinct regions scored by measurement
+        self.misses: set[RegionKey] = set()   # ... by (scaled) estimate, while some were measured
 
-    def region_us(self, group: Group) -> float:
+    def estimate_us(self, group: Group) -> float:
         return self.cost.device(group.device).time_us(sum(self.flops[n] for n in group.nodes),
                                                       sum(self.nbytes[n] for n in group.nodes))
+
+    def region_us(self, group: Group) -> float:
+        if not self.measured:
+            return self.estimate_us(group)
+        key = (group.device, frozenset(group.nodes))
+        if (us := self.measured.get(key)) is not None:
+            self.hits.add(key)
+            return us
+        self.misses.add(key)
+        return self.estimate_us(group) * self.scale.get(group.device, 1.0)
 
     def makespan(self, schedule: Schedule) -> float:
         """When the last region finishes, regions outside ``schedule`` counted as done."""
@@ -115,35 +181,69 @@ def digest(schedule: Schedule) -> str:
 
 
 def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostModel, budget: int,
-           moves: Moves) -> tuple[Plan, OrderSearch]:
+           moves: Moves, measured: Iterable[MeasuredRegion] = ()) -> tuple[Plan, OrderSearch]:
     """The best plan found for ``plan``'s devices, and what the search did. ``moves``: the
-    partition rules' verdict on a grouping (nothing: it stands)."""
-    scorer = _Scorer(view, cost)
+    partition rules' verdict on a grouping (nothing: it stands). ``measured``: region durations
+    timed on the devices, used in place of the estimates where they exist (the outcome's times
+    are then the measured scoring's)."""
+    scorer = _Scorer(view, cost, measured)
     device = {n: r.device for r in plan.regions for n in r.nodes}
     greedy = tuple(Group(r.device, r.nodes) for r in map(plan.region, plan.schedule))
     linked: list[Group] = []
     bounds: list[int] = []
     scores: list[SegmentScore] = []
     for seg in segs:
-        best, score = _search_segment(view, seg, greedy, device, scorer, budget, moves)
-        linked += best
+        ranked, score = _search_segment(view, seg, greedy, device, scorer, budget, moves)
+        linked += ranked[0]
         bounds.append(len(linked))
         scores.append(score)
     linked, fused = _fuse_bounds(linked, bounds[:-1], scorer)
-    searched = Plan(tuple(Region(f"r{i}", g.device, g.nodes) for i, g in enumerate(linked)),
-                    tuple(f"r{i}" for i in range(len(linked))), plan.reasons)
+    searched = _plan_of(linked, plan)
     validate(searched, view)
-    greedy_us = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost, plan.schedule).total_us
-    searched_us = plan_cost({r.name: Group(r.device, r.nodes) for r in searched.regions}, view, cost,
-                            searched.schedule).total_us
+    greedy_us, searched_us = (_whole_us(p, view, cost, scorer) for p in (plan, searched))
     better = searched_us < greedy_us and not moves(list(linked))
-    outcome = OrderSearch(budget, tuple(scores), greedy_us, searched_us,
-                          OrderMode.SEARCH if better else OrderMode.GREEDY, fused)
+    kept = OrderMode.SEARCH if better else OrderMode.GREEDY
+    # The stage that timed the regions fills in what only it knows (plans, seconds, changed).
+    scoring = MeasuredScoring(0, len(scorer.measured), len(scorer.hits), len(scorer.misses), tuple(scores),
+                              greedy_us, searched_us, kept, False, 0.0) if scorer.measured else None
+    outcome = OrderSearch(budget, tuple(scores), greedy_us, searched_us, kept, fused, measured_scoring=scoring)
     return (searched if better else plan), outcome
 
 
+def candidate_plans(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostModel, budget: int,
+                    moves: Moves, count: int) -> tuple[Plan, ...]:
+    """Up to ``count`` distinct plans worth timing, greedy's ``plan`` first: the k-th links each
+    segment's k-th best schedule by estimate (a segment with fewer keeps its last), bounds unfused
+    (a fused bound is a region no candidate would time). Deterministic, as ``search`` is."""
+    scorer = _Scorer(view, cost)
+    device = {n: r.device for r in plan.regions for n in r.nodes}
+    greedy = tuple(Group(r.device, r.nodes) for r in map(plan.region, plan.schedule))
+    per_segment = [_search_segment(view, seg, greedy, device, scorer, budget, moves)[0] for seg in segs]
+    plans = {plan.digest(): plan}
+    for k in range(max(map(len, per_segment), default=0)):
+        if len(plans) >= count:
+            break
+        linked = _plan_of([g for ranked in per_segment for g in ranked[min(k, len(ranked) - 1)]], plan)
+        validate(linked, view)
+        plans.setdefault(linked.digest(), linked)
+    return tuple(plans.values())
+
+
+def _plan_of(linked: Iterable[Group], plan: Plan) -> Plan:
+    groups = list(linked)
+    return Plan(tuple(Region(f"r{i}", g.device, g.nodes) for i, g in enumerate(groups)),
+                tuple(f"r{i}" for i in range(len(groups))), plan.reasons)
+
+
+def _whole_us(plan: Plan, view: GraphView, cost: CostModel, scorer: _Scorer) -> float:
+    """The plan's lanes (the scorer's region times) plus its transfers (estimated)."""
+    return plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost, plan.schedule,
+                     region_us=scorer.region_us if scorer.measured else None).total_us
+
+
 def _search_segment(view: GraphView, seg: Segment, greedy: Schedule, device: Mapping[str, Device],
-                    scorer: _Scorer, budget: int, moves: Moves) -> tuple[Schedule, SegmentScore]:
+                    scorer: _Scorer, budget: int, moves: Moves) -> tuple[list[Schedule], SegmentScore]:
+    """The segment's allowed schedules, best first (the baseline when none beats it), and its score."""
     members = set(seg.nodes)
     baseline = tuple(Group(g.device, tuple(n for n in g.nodes if n in members)) for g in greedy
                      if members.intersection(g.nodes))
@@ -162,8 +262,8 @@ def _search_segment(view: GraphView, seg: Segment, greedy: Schedule, device: Map
     base_us, _, _ = scored[digest(baseline)]
     allowed = broken(baseline)   # what the cut at the bounds breaks already is the bounds' doing
     ranked = sorted(scored.values(), key=lambda t: (t[0], t[1]))   # fastest, then first generated
-    us, _, best = next((t for t in ranked if broken(t[2]) <= allowed), (base_us, 0, baseline))
-    return best, SegmentScore(seg.index, len(scored), round(base_us, 3), round(us, 3))
+    ok = [(us, schedule) for us, _, schedule in ranked if broken(schedule) <= allowed] or [(base_us, baseline)]
+    return [schedule for _, schedule in ok], SegmentScore(seg.index, len(scored), round(base_us, 3), round(ok[0][0], 3))
 
 
 def _candidates(view: GraphView, seg: Segment, baseline: Schedule, device: Mapping[str, Device],

@@ -5,6 +5,7 @@ plan file searches nothing."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot import api, record, runtime
+from aot import api, record, report, runtime
 from aot.options import BuildOptions
 from aot.partition import search
 from aot.partition.order import OrderMode
@@ -73,10 +74,53 @@ def test_measure_times_the_searched_plan_against_greedy_and_keeps_the_faster(tmp
     lines: list[str] = []
     bundle = api.build(model, tmp_path / "measured", options, progress=lines.append).bundle.path
     outcome = record.read(bundle).partition.order_search
-    assert outcome is not None
+    assert outcome is not None and outcome.measured_scoring is not None
+    if outcome.measured_scoring.kept is OrderMode.GREEDY:   # timed region by region, greedy won: nothing to compare
+        assert outcome.kept is OrderMode.GREEDY and outcome.measured_greedy_us is None
+        golden(bundle, model)
+        return
     greedy_us, searched_us = outcome.measured_greedy_us, outcome.measured_searched_us
     assert greedy_us is not None and searched_us is not None
     assert np.isfinite([greedy_us, searched_us]).all() and min(greedy_us, searched_us) > 0
     assert outcome.kept is (OrderMode.SEARCH if searched_us < greedy_us else OrderMode.GREEDY)
     assert any(line.startswith("measure  searched order") for line in lines)
     golden(bundle, model)
+
+
+def test_measure_scores_the_search_with_timed_regions_and_a_replay_times_nothing(tmp_path, monkeypatch):
+    """--order search --measure: candidate plans compiled and each distinct region timed once on
+    lavapipe or the CPU, the search scored again with those times, recorded; the bundle matches
+    onnxruntime, and a build of its plan.json times nothing."""
+    from aot.checks import measure, measured_order
+    from aot.checks.session import CheckSession
+
+    # Few timed calls: lavapipe takes a good fraction of a second per call of the 11x11 conv.
+    monkeypatch.setattr(measured_order, "REPEATS", 3)
+    monkeypatch.setattr(measure, "side_by_side", functools.partial(measure.side_by_side, repeats=3, warmup=1))
+    model = two_branches(tmp_path / "two_branches.onnx", size=8)
+    options = BuildOptions(order=OrderMode.SEARCH, min_compute=1, gate=GateMode.MEASURED, measure_plans=3,
+                           overrides=Overrides(host_nodes=("x", "h1", "h2")))
+    lines: list[str] = []
+    bundle = api.build(model, tmp_path / "measured", options, progress=lines.append).bundle.path
+    outcome = record.read(bundle).partition.order_search
+    assert outcome is not None and outcome.measured_scoring is not None
+    scoring = outcome.measured_scoring
+    # greedy's two regions and the searched plan's four, each timed once: six distinct regions
+    assert scoring.plans_timed >= 2 and scoring.regions_timed >= 6
+    assert scoring.scored_measured >= 6 and scoring.seconds > 0
+    assert [s.index for s in scoring.segments] == [s.index for s in outcome.segments]
+    assert all(s.greedy_us > 0 and s.chosen_us > 0 for s in scoring.segments)
+    assert outcome.kept is scoring.kept or outcome.measured_greedy_us is not None   # the whole runs may overrule it
+    assert any(line.startswith("order    scored") and "by measurement" in line for line in lines)
+    assert "scored with measured region times" in report.text(runtime.load(bundle).manifest, record.read(bundle))
+    golden(bundle, model)
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a plan file is replayed: nothing is timed")
+
+    monkeypatch.setattr(CheckSession, "region_times", no_timing)
+    monkeypatch.setattr(measure, "side_by_side", no_timing)
+    monkeypatch.setattr(measured_order, "rescore", no_timing)
+    replayed = api.build(model, tmp_path / "replayed", dataclasses.replace(options, plan_file=bundle / "plan.json"))
+    assert Plan.load(replayed.bundle.path / "plan.json").digest() == Plan.load(bundle / "plan.json").digest()
+    golden(replayed.bundle.path, model)
