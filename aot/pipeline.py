@@ -104,6 +104,7 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     popts = options.partition_options()
     if split is not None:
         popts = dataclasses.replace(popts, node_labels=split.labels)
+    candidates: tuple[Plan, ...]
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
         validate(plan, view)
@@ -242,9 +243,9 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
         if _should_measure(staged, options) and planned.greedy is not None:
             staged = measured_order.against_greedy(staged, planned.greedy, compile_, progress)
         if _should_measure(staged, options):
-            staged = _measured_gate(staged, planned, compile_, progress)
+            staged = measure.gate(staged, compile_(whole_model(planned).plan, "whole-host"), progress)
         if options.gate is GateMode.LEARNED and options.measure_prediction and staged.plan.gate is not None:
-            staged = _measured_prediction(staged, progress)
+            staged = measure.prediction(staged, progress)
         staged = _with_memory(staged, ws)
         clock.done("memory", ", ".join(f"{m.driver} {m.text()}" for m in staged.manifest.memory))
         if options.memory_limits and staged.record.partition.memory is not None:
@@ -376,38 +377,6 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
 def _should_measure(staged: Staged, options: BuildOptions) -> bool:
     """The measured gate times a partition, unless a plan file pinned what it decided."""
     return options.gate is GateMode.MEASURED and options.plan_file is None and len(staged.plan.regions) > 1
-
-
-def _measured_gate(staged: Staged, planned: Planned, compile_: _Compiler, progress: Progress) -> Staged:
-    """Time the partitioned bundle and the whole model on the host; keep whichever is faster."""
-    whole = compile_(whole_model(planned).plan, "whole-host")
-    got = measure.side_by_side([measure.Contender("partitioned", staged.path, staged.manifest),
-                                measure.Contender("whole", whole.path, whole.manifest)])
-    part_us, host_us = got["partitioned"].whole_us, got["whole"].whole_us
-    per_region, host_regions = got["partitioned"].regions, got["whole"].regions
-    accepted = part_us < host_us
-    detail = f"measured partitioned {part_us:.1f} us vs whole model on the host {host_us:.1f} us (medians)"
-    gate = Gate(accepted, part_us, host_us, None, detail, measured=True)
-    progress(f"measure  {detail}: partition {'kept' if accepted else 'rejected'}")
-    chosen, times = (staged, per_region) if accepted else (whole, host_regions)
-    # The record keeps what the order search measured, whichever bundle the gate keeps.
-    part = dataclasses.replace(chosen.record.partition, order_search=staged.record.partition.order_search)
-    return dataclasses.replace(chosen, record=dataclasses.replace(chosen.record, partition=part)
-                               .with_measurements(times, gate))
-
-
-def _measured_prediction(staged: Staged, progress: Progress) -> Staged:
-    """--measure-prediction: time the bundle the learned gate chose, and keep the time beside the
-    prediction (the report shows both; the plan file keeps them too, so a replay shows what was seen)."""
-    gate = staged.plan.gate
-    assert gate is not None
-    got = measure.side_by_side([measure.Contender("shipped", staged.path, staged.manifest)])["shipped"]
-    total, per_region = got.whole_us, got.regions
-    gate = dataclasses.replace(gate, measured_us=total)
-    progress(f"measure  shipped plan {total:.1f} us; predicted {gate.predicted_us():.1f} us "
-             f"({gate.source.value if gate.source else 'roofline'})")
-    return dataclasses.replace(staged, plan=dataclasses.replace(staged.plan, gate=gate),
-                               record=staged.record.with_measurements(per_region, gate))
 
 
 class _Clock:

@@ -13,6 +13,8 @@ deployment runs. A subclass, because these read the session's loaded regions and
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
@@ -49,22 +51,24 @@ class CheckSession(Session):
                      only: Collection[str] | None = None) -> dict[str, float]:
         """Median wall time of each region on its own device (microseconds), each region timed on
         the real intermediates of one run. Device work is synchronous in FunctionInvoker calls, so
-        wall time covers it. ``only``: time just these regions (the others still run once, to
-        make their intermediates)."""
+        wall time covers it. The regions take turns (``timing.interleaved``): timed one after the
+        other, a burst of load on this shared machine would land on one region only. ``only``:
+        time just these regions (the others still run once, to make their intermediates)."""
         checked = check_inputs(self._inputs, inputs)
         values: dict[str, tuple[str | None, Any]] = {k: (None, v) for k, v in checked.items()}
-        per_region: dict[str, float] = {}
+        calls: dict[str, timing.Call] = {}
         try:
             for name in self._schedule:
                 region = self._regions[name]
-                args = [self._move(values[v], self._driver_of[name]) for v in region.inputs]
-                invoker = self._invokers[name]
                 if only is None or name in only:
-                    per_region[name] = timing.median_us(timing.repeat(lambda: invoker(*args), repeats))
+                    args = [self._move(values[v], self._driver_of[name]) for v in region.inputs]
+                    calls[name] = functools.partial(self._invokers[name], *args)
                 self._run_region(name, values)
+            times = timing.interleaved(calls, timing.Schedule(warmup=1, iterations=repeats))
         finally:
             values.clear()
-        return per_region
+            calls.clear()
+        return {name: timing.median_us(samples) for name, samples in times.items()}
 
     def profile(self, inputs: Mapping[str, Any], repeats: int = 20) -> tuple[float, dict[str, float]]:
         """(median wall time of a whole run, ``region_times``), microseconds."""

@@ -51,7 +51,11 @@ class Schedule:
 IDLE_S = 0.05   # long enough for onnxruntime's spinning workers to stop (they spin ~10-20 ms)
 
 # Where onnxruntime (or any runtime whose workers spin) shares the process with the contenders.
-FAIR = Schedule(idle_s=IDLE_S, settle_calls=1, order=Order.PERMUTE)
+# Settling for 30 ms of the contender's own calls, not one call: with one, `aot bench-harness` on
+# three corpus models (2-core EPYC, 30 calls) put in-process medians 0.8-16.6% from each
+# contender's alone-in-its-own-process median (mean 11.9%); with 30 ms, 0.4-9.3% (mean 4.3%), and
+# with 100 calls 0.0-4.8% except onnxruntime on the 4 ms classifier (+14.4%).
+FAIR = Schedule(idle_s=IDLE_S, settle_calls=1, settle_s=0.03, order=Order.PERMUTE)
 
 
 def interleaved(contenders: Mapping[str, Call] | Sequence[tuple[str, Call]], schedule: Schedule = Schedule(),

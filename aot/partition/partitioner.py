@@ -87,7 +87,8 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
     groups, moved = split_for_overlap(groups, view, cost, lambda split: not moves_of(split))
     reasons = {**{n: lab.reason for n, lab in labels.items() if lab.device == HOST}, **moved}
     plan = plan_from_groups(view, groups, reasons)
-    searched, greedy, candidates = None, None, ()
+    searched, greedy = None, None
+    candidates: tuple[Plan, ...] = ()
     if options.order is OrderMode.SEARCH:
         greedy, segs = plan, segments(view, options.min_segment_nodes)
         plan, searched = search.search(view, plan, segs, cost, options.order_budget, moves_of, options.measured)

@@ -66,10 +66,14 @@ def test_fair_idles_before_every_contender_and_settles_it():
     contenders = [(n, clock.contender(calls, n, 0.002)) for n in ("ort", "bundle")]
     timing.interleaved(contenders, timing.FAIR.with_counts(1, 3), clock, clock.sleep)
     assert clock.slept == [timing.IDLE_S] * (2 * 4) and timing.IDLE_S >= 0.05
-    # Each turn: (settle, timed) per contender; a contender that ends one turn and starts the
-    # next (orders ort-bundle, bundle-ort) runs four times in a row.
+    # Each turn: k settling calls (at least one, and at least settle_s of them) then the timed one,
+    # per contender; a contender that ends one turn and starts the next (orders ort-bundle,
+    # bundle-ort) runs 2(k+1) times in a row.
     runs = [(name, len(list(group))) for name, group in itertools.groupby(calls)]
-    assert len(calls) == 2 * 2 * 4 and {count for _, count in runs} <= {2, 4} and len(runs) >= 4
+    per_turn = min(count for _, count in runs)
+    assert (per_turn - 1) * 0.002 >= timing.FAIR.settle_s - 1e-9 and per_turn >= 2
+    assert len(calls) == 2 * per_turn * 4 and {count for _, count in runs} <= {per_turn, 2 * per_turn}
+    assert calls.count("ort") == calls.count("bundle") and len(runs) >= 4
 
 
 def test_settling_lasts_at_least_settle_s():
