@@ -3,6 +3,7 @@ reference evaluator where onnxruntime's numpy API cannot take the model's elemen
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,16 @@ def outputs(model: Path, inputs: dict[str, np.ndarray], names: list[str],
             manifest: Manifest | None = None) -> list[np.ndarray]:
     """onnxruntime's outputs for the original model; ``manifest`` supplies baked-in inputs."""
     feeds = {**inputs, **(constant_inputs(manifest) if manifest else {})}
-    proto = onnx.load(str(model))
-    if onnxruntime_cannot_feed(proto):
+    stat = model.stat()
+    if _file_cannot_feed(str(model), stat.st_mtime_ns, stat.st_size):
         from onnx.reference import ReferenceEvaluator
 
-        return list(ReferenceEvaluator(proto).run(names, feeds))
+        return list(ReferenceEvaluator(onnx.load(str(model))).run(names, feeds))
     return session(model).run(names, feeds)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_cannot_feed(path: str, mtime_ns: int, size: int) -> bool:
+    """``onnxruntime_cannot_feed`` for a model file, decided once per file version: bucket padding
+    checks call ``outputs`` once per bucket, and external weights are not needed to decide."""
+    return onnxruntime_cannot_feed(onnx.load(path, load_external_data=False))
