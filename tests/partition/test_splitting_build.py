@@ -48,3 +48,23 @@ def test_split_build_fits_the_limit_and_matches_onnxruntime(example_model, vulka
                          BuildOptions(accel=Target.parse("vulkan"), plan_file=built.path / "plan.json")).bundle
     assert Plan.load(replayed.path / "plan.json").splits == Plan.load(built.path / "plan.json").splits
     assert check.check_bundle(replayed.path, example_model).ok
+
+
+ONET_LIMIT = 768 * 1024   # ONet's dense_3 MatMul needs 1,187,328 B on Vulkan; nothing else over 600 KiB
+
+
+@pytest.mark.network
+@pytest.mark.full   # the zoo model of issue 27's demonstration; the example CNN above is make test's
+def test_a_zoo_model_split_under_its_largest_operator_fits_and_matches_onnxruntime(tmp_path):
+    options = BuildOptions(accel=Target.parse("vulkan"), memory_limits=(("vulkan", ONET_LIMIT),))
+    split = api.build("zoo:mtcnn-onet", tmp_path / "split", options).bundle
+    unsplit = api.build("zoo:mtcnn-onet", tmp_path / "unsplit", BuildOptions(accel=Target.parse("vulkan"))).bundle
+    assert any(d.bytes > ONET_LIMIT for d in _dispatches(unsplit.path, tmp_path / "unsplit"))
+    memory = record.read(split.path).partition.memory
+    assert memory is not None and memory.splits and not memory.hosted
+    (checked,) = memory.dispatches
+    assert checked.over == 0 and 0 < checked.largest <= ONET_LIMIT, checked
+    assert all(d.bytes <= ONET_LIMIT for d in _dispatches(split.path, tmp_path / "split"))
+    assert all(r.target.backend == "vulkan-spirv" for r in mf.read(split.path).regions)
+    result = check.check_bundle(split.path, None)
+    assert result.ok, result
