@@ -114,10 +114,12 @@ class PlanCost:
 
 
 def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel,
-              schedule: Sequence[str] | None = None, region_us: Callable[[Group], float] | None = None) -> PlanCost:
+              schedule: Sequence[str] | None = None, region_us: Callable[[Group], float] | None = None,
+              one_lane: bool = False) -> PlanCost:
     """``regions``: name -> its device and nodes, issued in ``schedule`` (None: the greedy order
     ``order.schedule`` gives them). Graph inputs and outputs live on the host. ``region_us``: a
-    region's compute time where it is known better than the roofline (measured on its device)."""
+    region's compute time where it is known better than the roofline (measured on its device).
+    ``one_lane``: the devices share the host's cores, so no region overlaps another (lanes.finish_time)."""
     owner = {n: name for name, group in regions.items() for n in group.nodes}
     device = {name: group.device for name, group in regions.items()}
     compute = []
@@ -145,12 +147,12 @@ def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel,
             crossings.add((v, HOST))
     nbytes = sum(view.values[v].nbytes or 0 for v, _ in crossings)
     transfer = sum(model.transfer_us(view.values[v].nbytes or 0) for v, _ in crossings)
-    total = _lanes_us(regions, waits, view, dict(compute), schedule) + transfer
+    total = _lanes_us(regions, waits, view, dict(compute), schedule, one_lane) + transfer
     return PlanCost(total, tuple(compute), transfer, nbytes, len(crossings))
 
 
 def _lanes_us(regions: Mapping[str, Group], waits: Mapping[str, set[str]], view: GraphView,
-              compute: Mapping[str, float], schedule: Sequence[str] | None) -> float:
+              compute: Mapping[str, float], schedule: Sequence[str] | None, one_lane: bool = False) -> float:
     """Compute time as the runtime spends it: a lane per device, so regions on different devices
     with no path between them overlap (runtime/lanes.py); a chain costs the sum of its regions."""
     edges: dict[str, set[str]] = {name: set() for name in regions}
@@ -162,4 +164,4 @@ def _lanes_us(regions: Mapping[str, Group], waits: Mapping[str, set[str]], view:
     first_seen = {name: min((position[n] for n in group.nodes), default=0) for name, group in regions.items()}
     if schedule is None:
         schedule = order.schedule(device, edges, first_seen)
-    return lanes.finish_time(schedule, device, {r: tuple(w) for r, w in waits.items()}, compute)
+    return lanes.finish_time(schedule, device, {r: tuple(w) for r, w in waits.items()}, compute, one_lane)

@@ -43,6 +43,7 @@ class PartitionOptions:
     # the durations it measured, for the search to score with (checks/measured_order.py).
     measure_plans: int
     measured: tuple[MeasuredRegion, ...]
+    measured_one_lane: bool           # ... timed on an accelerator that computes on the host's cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,8 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
     candidates: tuple[Plan, ...] = ()
     if options.order is OrderMode.SEARCH:
         greedy, segs = plan, segments(view, options.min_segment_nodes)
-        plan, searched = search.search(view, plan, segs, cost, options.order_budget, moves_of, options.measured)
+        plan, searched = search.search(view, plan, segs, cost, options.order_budget, moves_of, options.measured,
+                                      options.measured_one_lane)
         if options.gate is GateMode.MEASURED and options.measure_plans and not options.measured:
             candidates = search.candidate_plans(view, greedy, segs, cost, options.order_budget, moves_of,
                                                 options.measure_plans)

@@ -98,6 +98,7 @@ class MeasuredScoring:
     changed: bool                          # it chose another plan than the estimates did
     seconds: float                         # compiling, timing and scoring the candidates
     rounds: int = 1                        # scorings: the winner's untimed regions timed, then again
+    one_lane: bool = False                 # the devices share the host's cores: no lane overlaps another
 
     def verdict(self) -> str:
         """Greedy's and the searched plan's scores, and which was kept (and why, when slower)."""
@@ -130,14 +131,17 @@ class OrderSearch:
 
 class _Scorer:
     """Lane time of a schedule of regions, from per-node FLOPs and bytes counted once, or from
-    ``measured`` durations where a region was timed."""
+    ``measured`` durations where a region was timed. ``one_lane``: the measured devices share the
+    host's cores (lavapipe), so the lanes do not overlap (the estimates model a real GPU and do)."""
 
-    def __init__(self, view: GraphView, cost: CostModel, measured: Iterable[MeasuredRegion] = ()) -> None:
+    def __init__(self, view: GraphView, cost: CostModel, measured: Iterable[MeasuredRegion] = (),
+                 one_lane: bool = False) -> None:
         self.view, self.cost = view, cost
         self.flops = {n.name: node_flops(n, view) for n in view.nodes}
         self.nbytes = {n.name: node_bytes(n, view) for n in view.nodes}
         self.position = {n.name: i for i, n in enumerate(view.nodes)}
         self.measured = {t.key: t.us for t in measured}
+        self.one_lane = one_lane and bool(self.measured)
         ratios: dict[Device, list[float]] = {}
         for (dev, nodes), us in self.measured.items():
             ratios.setdefault(dev, []).append(us / self.estimate_us(Group(dev, tuple(nodes))))
@@ -167,7 +171,7 @@ class _Scorer:
                               if owner.get(p, name) != name})
                  for name, g in zip(names, schedule)}
         return lanes.finish_time(names, {name: g.device for name, g in zip(names, schedule)}, waits,
-                                 {name: self.region_us(g) for name, g in zip(names, schedule)})
+                                 {name: self.region_us(g) for name, g in zip(names, schedule)}, self.one_lane)
 
     def group(self, device: Device, nodes: Iterable[str]) -> Group:
         """A region with its nodes in the view's (topological) order: one spelling per grouping."""
@@ -181,12 +185,13 @@ def digest(schedule: Schedule) -> str:
 
 
 def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostModel, budget: int,
-           moves: Moves, measured: Iterable[MeasuredRegion] = ()) -> tuple[Plan, OrderSearch]:
+           moves: Moves, measured: Iterable[MeasuredRegion] = (), one_lane: bool = False) -> tuple[Plan, OrderSearch]:
     """The best plan found for ``plan``'s devices, and what the search did. ``moves``: the
     partition rules' verdict on a grouping (nothing: it stands). ``measured``: region durations
     timed on the devices, used in place of the estimates where they exist (the outcome's times
-    are then the measured scoring's)."""
-    scorer = _Scorer(view, cost, measured)
+    are then the measured scoring's). ``one_lane``: those were timed on devices sharing the host's
+    cores (_Scorer)."""
+    scorer = _Scorer(view, cost, measured, one_lane)
     device = {n: r.device for r in plan.regions for n in r.nodes}
     greedy = tuple(Group(r.device, r.nodes) for r in map(plan.region, plan.schedule))
     linked: list[Group] = []
@@ -205,7 +210,8 @@ def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostMod
     kept = OrderMode.SEARCH if better else OrderMode.GREEDY
     # The stage that timed the regions fills in what only it knows (plans, seconds, changed).
     scoring = MeasuredScoring(0, len(scorer.measured), len(scorer.hits), len(scorer.misses), tuple(scores),
-                              greedy_us, searched_us, kept, False, 0.0) if scorer.measured else None
+                              greedy_us, searched_us, kept, False, 0.0,
+                              one_lane=scorer.one_lane) if scorer.measured else None
     outcome = OrderSearch(budget, tuple(scores), greedy_us, searched_us, kept, fused, measured_scoring=scoring)
     return (searched if better else plan), outcome
 
@@ -238,7 +244,7 @@ def _plan_of(linked: Iterable[Group], plan: Plan) -> Plan:
 def _whole_us(plan: Plan, view: GraphView, cost: CostModel, scorer: _Scorer) -> float:
     """The plan's lanes (the scorer's region times) plus its transfers (estimated)."""
     return plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost, plan.schedule,
-                     region_us=scorer.region_us if scorer.measured else None).total_us
+                     region_us=scorer.region_us if scorer.measured else None, one_lane=scorer.one_lane).total_us
 
 
 def _search_segment(view: GraphView, seg: Segment, greedy: Schedule, device: Mapping[str, Device],

@@ -45,14 +45,17 @@ def lanes(schedule: Sequence[str], device: Mapping[str, str]) -> tuple[tuple[str
 
 
 def finish_time(schedule: Sequence[str], device: Mapping[str, str], waits_for: Mapping[str, Sequence[str]],
-                duration: Mapping[str, float]) -> float:
+                duration: Mapping[str, float], one_lane: bool = False) -> float:
     """When the last region would finish if each device ran its lane as ``LaneRunner`` does, each
-    region taking ``duration`` and no device slowing another (the bound overlap can reach)."""
+    region taking ``duration`` and no device slowing another (the bound overlap can reach).
+    ``one_lane``: the devices compute on the same cores (an accelerator emulated on the host CPU),
+    so nothing overlaps: the regions' durations add up in schedule order."""
     free: dict[str, float] = {}
     finish: dict[str, float] = {}
     for region in schedule:
-        start = max([free.get(device[region], 0.0), *(finish[w] for w in waits_for[region])])
-        finish[region] = free[device[region]] = start + duration[region]
+        lane = "" if one_lane else device[region]
+        start = max([free.get(lane, 0.0), *(finish[w] for w in waits_for[region])])
+        finish[region] = free[lane] = start + duration[region]
     return max(finish.values(), default=0.0)
 
 

@@ -70,5 +70,11 @@ class Target:
     def is_host(self) -> bool:
         return self.backend == "llvm-cpu"
 
+    @property
+    def on_host_cores(self) -> bool:
+        """The device computes on the host's own CPU cores (Mesa lavapipe is llvmpipe's Vulkan): its
+        regions cannot overlap with host regions, however the lanes are laid out."""
+        return self.is_host or (self.backend == "vulkan-spirv" and self.arch == "llvmpipe")
+
     def __str__(self) -> str:
         return f"{self.backend}:{self.arch}"

@@ -56,6 +56,30 @@ def test_measured_region_times_change_the_choice_the_estimates_made():
     assert scoring.searched_us == outcome.searched_us >= scoring.greedy_us
 
 
+# A device where the overlap pays by lanes: a (the 11x11 conv) long, h1 long, j cheap.
+OVERLAPPING = (MeasuredRegion(HOST, ("x", "h1", "h2"), 1000.0), MeasuredRegion(ACCEL, ("a", "j"), 1010.0),
+               MeasuredRegion(HOST, ("x", "h2"), 10.0), MeasuredRegion(ACCEL, ("a",), 1000.0),
+               MeasuredRegion(HOST, ("h1",), 990.0), MeasuredRegion(ACCEL, ("j",), 10.0))
+
+
+def test_devices_on_the_host_cores_score_in_one_lane_and_keep_greedy():
+    view = two_branches()
+    apart = partition(view, measured_options(OVERLAPPING))
+    assert apart.order_search is not None and apart.order_search.kept is OrderMode.SEARCH
+    assert schedule(apart.plan) == SEARCHED   # 10, then a beside h1 (1000), then j: ~1020 vs 2010
+
+    shared = partition(view, dataclasses.replace(measured_options(OVERLAPPING), measured_one_lane=True))
+    outcome = shared.order_search
+    assert outcome is not None and outcome.kept is OrderMode.GREEDY and schedule(shared.plan) == GREEDY
+    scoring = outcome.measured_scoring
+    assert scoring is not None and scoring.one_lane
+    (seg,) = scoring.segments
+    assert seg.greedy_us == 2010.0 and seg.chosen_us == 2010.0   # the searched plan sums to the same 2010
+    # the estimates (a real GPU's) are not measurements: without a table nothing is one lane
+    estimated = partition(view, dataclasses.replace(measured_options(), measured_one_lane=True))
+    assert estimated.order_search is not None and estimated.order_search.kept is OrderMode.SEARCH
+
+
 def test_measured_times_that_agree_with_the_estimates_keep_the_estimates_choice():
     view = two_branches()
     scorer = _Scorer(view, COST)

@@ -45,6 +45,8 @@ def test_finish_time_replays_the_lanes():
     durations = {"r0": 30.0, "r1": 20.0, "r2": 1.0}
     assert lanes.finish_time(("r0", "r1", "r2"), DEVICE, waits, durations) == 31.0
     assert lanes.finish_time(("r0", "r1", "r2"), dict.fromkeys(DEVICE, "vulkan"), waits, durations) == 51.0
+    # Devices on the same cores (lavapipe beside the CPU): nothing overlaps, as if one device.
+    assert lanes.finish_time(("r0", "r1", "r2"), DEVICE, waits, durations, one_lane=True) == 51.0
 
 
 def _runner() -> lanes.LaneRunner:
