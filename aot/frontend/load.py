@@ -109,9 +109,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     cpu_passes = ((decompose_depthwise_convs, decompose_strided_conv_transposes, decompose_short_conv1ds)
                   if cpu_conv_rewrites else ())
     passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
-    workarounds = run_sequence(model, passes)
-    if workarounds.modified:
-        model = _check_and_infer(workarounds.model, path)
+    workarounds = run_sequence(model, passes, after_change=lambda m: _check_and_infer(m, path))
+    model = workarounds.model
     guarded, index_ops = index_safety(model, guard=index_guards)
     if guarded is not model:
         model = _check_and_infer(guarded, path)

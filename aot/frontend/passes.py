@@ -48,12 +48,18 @@ def rewrite_result(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto],
     return PassResult(out, changed)
 
 
-def run_sequence(model: onnx.ModelProto, passes: Sequence[Pass]) -> PassResult:
-    """Run `passes` once each, in order, each on the previous one's output; sum their counts."""
+def run_sequence(model: onnx.ModelProto, passes: Sequence[Pass], *,
+                 after_change: Callable[[onnx.ModelProto], onnx.ModelProto] = lambda m: m) -> PassResult:
+    """Run `passes` once each, in order, each on the previous one's output; sum their counts.
+    ``after_change`` runs after each pass that changed something, before the next one: load
+    infers shapes there, so that a pass reading static shapes sees the values an earlier pass
+    created (a Conv whose input became a Slice's output had no shape, and was left alone)."""
     total = 0
     for p in passes:
         result = p(model)
         model, total = result.model, total + result.changed
+        if result.changed:
+            model = after_change(model)
     return PassResult(model, total)
 
 
