@@ -13,6 +13,7 @@ numpy-free and stdlib only: the tuner's probe process imports it."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import statistics
@@ -39,13 +40,18 @@ class Schedule:
     settle_calls: int = 0     # untimed calls of the same contender right before each timed one
     settle_s: float = 0.0     # ... repeated until at least this long has passed
     order: Order = Order.ROTATE
+    # Pruning (tuning): after ``prune_after`` timed turns, a contender whose median is over
+    # ``prune_ratio`` times the best one's is timed no more; its samples so far stay. 0: never.
+    prune_after: int = 0
+    prune_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.warmup < 0 or self.iterations < 1 or self.idle_s < 0 or self.settle_calls < 0 or self.settle_s < 0:
+        if (self.warmup < 0 or self.iterations < 1 or self.idle_s < 0 or self.settle_calls < 0 or self.settle_s < 0
+                or self.prune_after < 0 or (self.prune_after and self.prune_ratio <= 1.0)):
             raise ValueError(f"invalid timing schedule {self}")
 
     def with_counts(self, warmup: int, iterations: int) -> "Schedule":
-        return Schedule(warmup, iterations, self.idle_s, self.settle_calls, self.settle_s, self.order)
+        return dataclasses.replace(self, warmup=warmup, iterations=iterations)
 
 
 IDLE_S = 0.05   # long enough for onnxruntime's spinning workers to stop (they spin ~10-20 ms)
@@ -69,6 +75,11 @@ def interleaved(contenders: Mapping[str, Call] | Sequence[tuple[str, Call]], sch
     times: dict[str, list[float]] = {name: [] for name, _ in pairs}
     turns = _turns(pairs, schedule.order)   # computed once: nothing between the timed calls but the calls
     for i in range(schedule.warmup + schedule.iterations):
+        if schedule.prune_after and i == schedule.warmup + schedule.prune_after:
+            kept = _not_far_behind(times, schedule.prune_ratio)
+            if len(kept) < len(pairs):
+                pairs = [(name, call) for name, call in pairs if name in kept]
+                turns = _turns(pairs, schedule.order)
         for name, call in turns[i % len(turns)]:
             if schedule.idle_s:
                 sleep(schedule.idle_s)
@@ -79,6 +90,13 @@ def interleaved(contenders: Mapping[str, Call] | Sequence[tuple[str, Call]], sch
             if i >= schedule.warmup:
                 times[name].append(elapsed)
     return times
+
+
+def _not_far_behind(times: Mapping[str, Sequence[float]], ratio: float) -> set[str]:
+    """The contenders whose median so far is within ``ratio`` of the best median."""
+    medians = {name: statistics.median(samples) for name, samples in times.items() if samples}
+    best = min(medians.values(), default=0.0)
+    return {name for name, m in medians.items() if m <= best * ratio}
 
 
 def repeat(call: Call, iterations: int, warmup: int = 0,

@@ -17,6 +17,7 @@ Requests:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -80,13 +81,26 @@ def _region(req: dict[str, Any]) -> None:
         if ok:
             keep.append((module, context, invoker))
             calls[cand["name"]] = functools.partial(invoker, *device_args)
-    _emit(event="timed", medians_us=_interleaved(calls, req["warmup"], req["repeats"]))
+    medians = _interleaved(calls, req["warmup"], req["repeats"], prune=True)
+    _emit(event="timed", medians_us=medians)
 
 
-def _interleaved(calls: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, float]:
+# A candidate whose median after PRUNE_AFTER turns is over PRUNE_RATIO times the best one's cannot
+# win (a winner must beat the default by 3%) and is timed no more: on a big model each of its
+# calls costs what a good candidate's does, twice over. Its median so far is what the record keeps.
+PRUNE_AFTER = 5
+PRUNE_RATIO = 1.5
+
+
+def _interleaved(calls: dict[str, Callable[[], Any]], warmup: int, repeats: int,
+                 prune: bool = False) -> dict[str, float]:
     """Median microseconds per call; each round starts at the next candidate, so none always
-    follows the same one. IREE modules only here: nothing spins between calls, so no idle gap."""
-    times = timing.interleaved(calls, timing.Schedule(warmup, repeats))
+    follows the same one. IREE modules only here: nothing spins between calls, so no idle gap.
+    ``prune``: candidates far behind the best after a few turns stop being timed."""
+    schedule = timing.Schedule(warmup, repeats)
+    if prune and repeats > PRUNE_AFTER:
+        schedule = dataclasses.replace(schedule, prune_after=PRUNE_AFTER, prune_ratio=PRUNE_RATIO)
+    times = timing.interleaved(calls, schedule)
     return {n: timing.median_us(s) for n, s in times.items() if s}
 
 

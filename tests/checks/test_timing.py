@@ -105,3 +105,25 @@ def test_bad_schedules_and_repeated_names_are_refused():
         timing.Schedule(idle_s=-1)
     with pytest.raises(ValueError, match="repeat"):
         timing.interleaved([("a", lambda: None), ("a", lambda: None)])
+
+
+def test_a_contender_far_behind_after_the_pruning_turns_is_timed_no_more():
+    clock, calls = FakeClock(), []
+    contenders = [("fast", clock.contender(calls, "fast", 0.001)), ("close", clock.contender(calls, "close", 0.0014)),
+                  ("slow", clock.contender(calls, "slow", 0.002))]
+    schedule = timing.Schedule(warmup=1, iterations=10, prune_after=3, prune_ratio=1.5)
+    times = timing.interleaved(contenders, schedule, clock, clock.sleep)
+    # slow (2x the best) keeps its three samples and is not called again; close (1.4x) runs to the end
+    assert len(times["slow"]) == 3 and len(times["fast"]) == 10 and len(times["close"]) == 10
+    assert calls.count("slow") == 1 + 3 and calls.count("fast") == 1 + 10
+    assert timing.median_ms(times["slow"]) > 1.5 * timing.median_ms(times["fast"])
+
+
+def test_without_pruning_every_contender_runs_every_turn_and_a_ratio_must_exceed_one():
+    clock, calls = FakeClock(), []
+    contenders = [("fast", clock.contender(calls, "fast", 0.001)), ("slow", clock.contender(calls, "slow", 0.01))]
+    times = timing.interleaved(contenders, timing.Schedule(warmup=0, iterations=6), clock, clock.sleep)
+    assert len(times["slow"]) == 6
+    with pytest.raises(ValueError):
+        timing.Schedule(prune_after=2, prune_ratio=1.0)
+    assert timing.FAIR.with_counts(1, 2).prune_after == 0 and timing.FAIR.with_counts(1, 2).idle_s == timing.IDLE_S
