@@ -17,7 +17,6 @@ Requests:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import sys
@@ -97,9 +96,8 @@ def _interleaved(calls: dict[str, Callable[[], Any]], warmup: int, repeats: int,
     """Median microseconds per call; each round starts at the next candidate, so none always
     follows the same one. IREE modules only here: nothing spins between calls, so no idle gap.
     ``prune``: candidates far behind the best after a few turns stop being timed."""
-    schedule = timing.Schedule(warmup, repeats)
-    if prune and repeats > PRUNE_AFTER:
-        schedule = dataclasses.replace(schedule, prune_after=PRUNE_AFTER, prune_ratio=PRUNE_RATIO)
+    pruning = prune and repeats > PRUNE_AFTER
+    schedule = timing.Schedule(warmup, repeats, prune_after=PRUNE_AFTER if pruning else 0, prune_ratio=PRUNE_RATIO)
     times = timing.interleaved(calls, schedule)
     return {n: timing.median_us(s) for n, s in times.items() if s}
 
