@@ -16,14 +16,25 @@ from aot import record
 from aot.runtime import manifest as mf
 from aot.runtime.target import Target
 from aot.tune.search import MIN_GAIN
+from aot.workspace import SHARED_CACHE_ENV
 from conftest import golden, run_aot
 
 pytestmark = pytest.mark.device
 FAST = BuildOptions(accel=None, tune=True, tune_repeats=5)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_tuning_cache(tmp_path_factory):
+    """This module's builds keep their tuning records to themselves. The session's shared cache
+    (AOT_CACHE_DIR) holds tuning records too, and under xdist the other worker tunes the same
+    example model into it: a rebuild here then read that worker's winner, not this one's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SHARED_CACHE_ENV, str(tmp_path_factory.mktemp("tuning-cache")))
+        yield
+
+
 @pytest.fixture(scope="module")
-def tuned(example_model, tmp_path_factory):
+def tuned(own_tuning_cache, example_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("tuned") / "tiny_cnn"
     return out, build(example_model, out, FAST)
 
