@@ -47,7 +47,10 @@ def test_profile_times_each_region_on_its_device(vulkan_bundle, example_model, t
     vulkan = next(r for r in data["regions"] if r["driver"] == "vulkan")
     assert "conv" in vulkan["by_kind_us"]         # the CNN's convolutions run on the accelerator
     assert "Conv" in data["onnxruntime_kernel_us"] and data["onnxruntime_wall_us"] > 0
-    assert "in dispatches" in out and "kernel shares: Conv" in out
+    # Conv is in the printed shares; not necessarily first: 3 runs of a tiny CNN on a loaded machine
+    # let a preempted Relu outweigh it (seen once in a make test run)
+    shares = next(line for line in out.splitlines() if "kernel shares:" in line)
+    assert "in dispatches" in out and "Conv " in shares
 
 
 def test_profile_without_its_source_model_says_what_to_pass(host_bundle, tmp_path):
