@@ -23,6 +23,7 @@ from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
 from aot.lower.compile import CompileJob, compile_all
+from aot.lower.depthwise import lower_host_regions
 from aot.lower.executor import Executor, executor_for
 from aot.lower.footprint import device_memory
 from aot.lower.importer import ImportedModule, import_source
@@ -272,16 +273,18 @@ class _Compiler:
 
     def __call__(self, plan: Plan, candidate: str, opt: dict[str, tuple[str, ...]] | None = None) -> Staged:
         """``opt``: region -> optimisation flags (tuned); other regions get their target's defaults."""
-        outlined = outline(self.imported, plan, self.planned.view)
+        host, accel = self.options.host, self.options.accel
+        target = {r.name: accel if r.device == ACCEL and accel else host for r in plan.regions}
+        outlined, depthwise = lower_host_regions(outline(self.imported, plan, self.planned.view),
+                                                 frozenset(r for r, t in target.items() if t is host))
         for o in outlined:
             path = self.ws.region_mlir(candidate, o.name)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(o.mlir)
         self.clock.done("outline", f"{len(outlined)} module(s) in {path.parent}")
-        host, accel = self.options.host, self.options.accel
         opt = {**plan.pinned_flags, **(opt or {})}   # a replayed plan's pins, then a search's candidates
-        jobs = [CompileJob(r.name, self.ws.region_mlir(candidate, r.name), accel if r.device == ACCEL and accel else host,
-                           opt.get(r.name)) for r in plan.regions]
+        jobs = [CompileJob(r.name, self.ws.region_mlir(candidate, r.name), target[r.name], opt.get(r.name))
+                for r in plan.regions]
         compiled = compile_all(jobs, self.ws.cache, fallback=host, accel_timeout=self.options.accel_compile_timeout,
                                executor=self.executor)
         fallbacks = sum(c.fallback is not None for c in compiled)
@@ -291,7 +294,7 @@ class _Compiler:
                                                self.planned.view, self.planned.cost) for c in compiled}
         record = dataclasses.replace(self.planned.record, gate=plan.gate)
         described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
-                             estimates, self.weights, codec.encode(self.options))
+                             estimates, self.weights, codec.encode(self.options), depthwise)
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path, link_modules=self.ws.shared_cache is None)
         return Staged(path, described.manifest, described.record, plan,

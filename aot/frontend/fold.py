@@ -23,8 +23,8 @@ _NEVER = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Random
 # Larger results are folded only when folding stores no decompressed data: of an element type no
 # wider than their inputs' (a dequantized int8 weight stays computed at run time, not stored 4x in
 # the weights archive) and at most GROWTH times their inputs' bytes. That folds a re-parameterised
-# block's weights (PP-OCRv4 pads its 3x3 and 1x1 branches to 5x5 and sums them), which later
-# passes need as constants (frontend/depthwise.py).
+# block's weights (PP-OCRv4 pads its 3x3 and 1x1 branches to 5x5 and sums them) into the one
+# weight each convolution reads.
 MAX_FOLD_ELEMENTS = 4096
 GROWTH = 4
 

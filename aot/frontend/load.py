@@ -20,7 +20,6 @@ from aot.errors import ModelError
 from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.conv1d import decompose_short_conv1ds
 from aot.frontend.conv_transpose import decompose_strided_conv_transposes
-from aot.frontend.depthwise import decompose_depthwise_convs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
@@ -79,9 +78,10 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     the indexing ops whose indices are computed in the graph (``frontend/indices.py``); their
     flags become extra graph outputs that ``ModelSource.outputs`` does not list.
     ``cpu_conv_rewrites``: rewrite the convolutions IREE's CPU code runs slowly into what it runs
-    well: depthwise ones as shifted slices (``frontend/depthwise.py``), non-overlapping transposed
-    ones as a matmul and a pixel shuffle (``frontend/conv_transpose.py``), 1-D ones with few
-    outputs as a matmul over their windows (``frontend/conv1d.py``).
+    well: non-overlapping transposed ones as a matmul and a pixel shuffle
+    (``frontend/conv_transpose.py``), 1-D ones with few outputs as a matmul over their windows
+    (``frontend/conv1d.py``). Depthwise ones are lowered channels-last after outlining, in every
+    host region (``lower/depthwise.py``).
     """
     path = Path(path)
     raw = _read(path)
@@ -105,8 +105,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model, folded = _simplify(model, path)
     model, legalized = _legalize(model, path)
     _require_static_outputs(model)
-    # Two IREE 3.13 bugs avoided; for the CPU, three kinds of convolution rewritten.
-    cpu_passes = ((decompose_depthwise_convs, decompose_strided_conv_transposes, decompose_short_conv1ds)
+    # Two IREE 3.13 bugs avoided; for the CPU, two kinds of convolution rewritten.
+    cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds)
                   if cpu_conv_rewrites else ())
     passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
     workarounds = run_sequence(model, passes, after_change=lambda m: _check_and_infer(m, path))

@@ -16,6 +16,7 @@ from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.passes import Pass, PassResult, run_sequence, run_to_fixpoint
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
+from conftest import onnx_model
 from test_load import small_model
 from test_recipes import WORKAROUND_CASES
 
@@ -175,3 +176,22 @@ def test_load_counts_the_nodes_the_fixpoint_folded(tmp_path):
     source = load.load(path)
     assert source.folded_nodes == 4
     assert [n.op_type for n in source.model.graph.node] == ["Reshape", "Add"]
+
+
+def test_large_constants_fold_unless_they_decompress():
+    """A Constant node's value is folded at any size (it is stored already); a large result that
+    widens its element type (a dequantized weight) stays computed; one that does not is folded."""
+    big = np.arange(6000, dtype=np.float32)
+    q = np.zeros(6000, np.int8)
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(big)),
+             helper.make_node("Mul", ["c", "two"], ["scaled"]),
+             helper.make_node("Cast", ["q"], ["dq"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["scaled", "x"], ["y1"]),
+             helper.make_node("Add", ["dq", "x"], ["y2"])]
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6000])],
+                       [helper.make_tensor_value_info(n, TensorProto.FLOAT, [6000]) for n in ("y1", "y2")],
+                       [numpy_helper.from_array(np.array(2, np.float32), "two"), numpy_helper.from_array(q, "q")])
+    folded = fold_constants(onnx.shape_inference.infer_shapes(model)).model
+    left = [n.op_type for n in folded.graph.node]
+    assert left == ["Cast", "Add", "Add"]            # Constant and Mul folded, the int8 -> f32 Cast kept
+    assert "scaled" in {t.name for t in folded.graph.initializer}

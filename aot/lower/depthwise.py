@@ -1,0 +1,185 @@
+"""Depthwise convolutions of llvm-cpu regions written channels-last, as one ``linalg.generic``.
+
+IREE 3.13 lowers an ONNX depthwise Conv to ``linalg.depthwise_conv_2d_nchw_chw``, which its CPU
+code vectorises along the width (14 pixels at LCNet's 14x14 stage: 1.16 ms for a 5x5 conv over
+256 channels in ``iree-benchmark-module``). Over an NHWC view, with the channels innermost, the
+same loop nest vectorises along the channels: 0.11-0.2 ms. The named NHWC op is not used because
+``--iree-global-opt-use-im2col-for-convs`` (a default llvm-cpu flag, 2x on ordinary
+convolutions) turns it into a per-channel matrix-vector product (1.1 ms); a ``linalg.generic``
+with the same indexing maps is left alone by that pass and gets the same vectorised code.
+
+The transposes in and out cost a pass over the tensor each (IREE fuses them into neighbouring
+elementwise dispatches where it can); the weights' transpose is a constant expression IREE
+evaluates at load time. Runs on each llvm-cpu region's module after outlining, so partitioned
+builds get it for their host regions too. The only IR rewrite besides ``outline.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aot.lower.outline import OutlinedRegion
+
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([0-9,]+)\],(f32|f16|bf16)>")
+_INT = re.compile(r"-?\d+(?= : si64)")
+
+
+@dataclass(frozen=True, slots=True)
+class DepthwiseConv:
+    """A 2-D depthwise Conv (one filter per channel) over static NCHW shapes."""
+
+    x: tuple[int, ...]            # N, C, H, W
+    y: tuple[int, ...]            # N, C, Ho, Wo
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]   # ONNX order: top, left, bottom, right
+    dtype: str
+    bias: bool
+
+
+def rewrite_depthwise_convs(mlir: str) -> tuple[str, int]:
+    """``mlir`` with each depthwise ``onnx.Conv`` replaced; and how many were replaced."""
+    from iree.compiler import ir
+
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        count = 0
+        for fn in module.body.operations:
+            if fn.operation.name != "func.func" or not fn.regions[0].blocks:
+                continue
+            for op in list(fn.regions[0].blocks[0].operations):
+                conv = match(op)
+                if conv is not None:
+                    _replace(op, conv)
+                    count += 1
+        return (str(module), count) if count else (mlir, 0)
+
+
+def match(op: Any) -> DepthwiseConv | None:
+    """The depthwise convolution ``op`` is, when it is an ``onnx.Conv`` this rewrite handles."""
+    if op.operation.name != "torch.operator" or str(op.operation.attributes["name"]) != '"onnx.Conv"':
+        return None
+    attrs = {name: str(op.operation.attributes[name]) for name in op.operation.attributes}
+    if attrs.get("torch.onnx.auto_pad", '"NOTSET"') != '"NOTSET"' or len(op.results) != 1:
+        return None
+    found = [_VTENSOR.fullmatch(str(v.type)) for v in (*op.operands, op.results[0])]
+    types = [t for t in found if t is not None]
+    if len(op.operands) not in (2, 3) or len(types) != len(found) or len({t[2] for t in types}) != 1:
+        return None
+    x, w, *rest = (tuple(int(d) for d in t[1].split(",")) for t in types)
+    y = rest[-1]
+    channels = x[1] if len(x) == 4 else -1
+    group = _ints(attrs.get("torch.onnx.group", "1 : si64"))
+    if len(x) != 4 or group != [channels] or w[:2] != (channels, 1) or len(w) != 4 or y[1] != channels:
+        return None
+    if len(rest) == 2 and rest[0] != (channels,):
+        return None
+    pads = _ints(attrs.get("torch.onnx.pads", "")) or [0, 0, 0, 0]
+    strides = _ints(attrs.get("torch.onnx.strides", "")) or [1, 1]
+    dilations = _ints(attrs.get("torch.onnx.dilations", "")) or [1, 1]
+    conv = DepthwiseConv(x, y, (w[2], w[3]), (strides[0], strides[1]), (dilations[0], dilations[1]),
+                         (pads[0], pads[1], pads[2], pads[3]), types[0][2], len(rest) == 2)
+    return conv if _output_shape(conv) == y else None
+
+
+def _ints(attr: str) -> list[int]:
+    return [int(v) for v in _INT.findall(attr)]
+
+
+def _output_shape(c: DepthwiseConv) -> tuple[int, ...]:
+    n, ch, h, w = c.x
+    (kh, kw), (sh, sw), (dh, dw) = c.kernel, c.strides, c.dilations
+    height, width = h + c.pads[0] + c.pads[2], w + c.pads[1] + c.pads[3]
+    return n, ch, (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
+
+
+def _replace(op: Any, conv: DepthwiseConv) -> None:
+    """Clone the channels-last body in before ``op``, wired to its operands; then drop ``op``."""
+    from iree.compiler import ir
+
+    helper = ir.Module.parse(body_mlir(conv))
+    fn = helper.body.operations[0]
+    block = fn.regions[0].blocks[0]
+    mapping = dict(zip(block.arguments, op.operands))
+    with ir.InsertionPoint(op), op.location:
+        for inner in block.operations:
+            if inner.operation.name == "func.return":
+                op.results[0].replace_all_uses_with(mapping[inner.operands[0]])
+                break
+            clone = inner.operation.clone()
+            for i, operand in enumerate(clone.operands):
+                if operand in mapping:
+                    clone.operands[i] = mapping[operand]
+            for old, fresh in zip(inner.results, clone.results):
+                mapping[old] = fresh
+    op.operation.erase()
+
+
+def body_mlir(c: DepthwiseConv) -> str:
+    """A function computing ``c`` through an NHWC ``linalg.generic``. Its body is cloned into the
+    region, so no nested region may read a value of the body (it would dangle there)."""
+    n, ch, h, w = c.x
+    _, _, oh, ow = c.y
+    kh, kw = c.kernel
+    (sh, sw), (dh, dw) = c.strides, c.dilations
+    top, left, bottom, right = c.pads
+    t = c.dtype
+    ph, pw = h + top + bottom, w + left + right
+    nchw, nhwc = f"{n}x{ch}x{h}x{w}x{t}", f"{n}x{h}x{w}x{ch}x{t}"
+    padded, out_nhwc, out_nchw = f"{n}x{ph}x{pw}x{ch}x{t}", f"{n}x{oh}x{ow}x{ch}x{t}", f"{n}x{ch}x{oh}x{ow}x{t}"
+    kernel, filt = f"{ch}x1x{kh}x{kw}x{t}", f"{kh}x{kw}x{ch}x{t}"
+    vt = lambda dims: f"!torch.vtensor<[{','.join(map(str, dims))}],{t}>"   # noqa: E731
+    bias_arg = f", %bt: {vt((ch,))}" if c.bias else ""
+    if c.bias:
+        init = f"""%b = torch_c.to_builtin_tensor %bt : {vt((ch,))} -> tensor<{ch}x{t}>
+    %init = linalg.generic {{indexing_maps = [affine_map<(n, h, w, c) -> (c)>, affine_map<(n, h, w, c) -> (n, h, w, c)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%b : tensor<{ch}x{t}>) outs(%e : tensor<{out_nhwc}>) {{
+    ^bb0(%v: {t}, %o: {t}):
+      linalg.yield %v : {t}
+    }} -> tensor<{out_nhwc}>"""
+    else:
+        init = f"%init = linalg.fill ins(%zero : {t}) outs(%e : tensor<{out_nhwc}>) -> tensor<{out_nhwc}>"
+    return f"""func.func @depthwise(%xt: {vt(c.x)}, %wt: {vt((ch, 1, kh, kw))}{bias_arg}) -> {vt(c.y)} {{
+    %zero = arith.constant 0.0 : {t}
+    %x = torch_c.to_builtin_tensor %xt : {vt(c.x)} -> tensor<{nchw}>
+    %w4 = torch_c.to_builtin_tensor %wt : {vt((ch, 1, kh, kw))} -> tensor<{kernel}>
+    %w3 = tensor.collapse_shape %w4 [[0, 1], [2], [3]] : tensor<{kernel}> into tensor<{ch}x{kh}x{kw}x{t}>
+    %we = tensor.empty() : tensor<{filt}>
+    %wl = linalg.transpose ins(%w3 : tensor<{ch}x{kh}x{kw}x{t}>) outs(%we : tensor<{filt}>) permutation = [1, 2, 0]
+    %xe = tensor.empty() : tensor<{nhwc}>
+    %xl = linalg.transpose ins(%x : tensor<{nchw}>) outs(%xe : tensor<{nhwc}>) permutation = [0, 2, 3, 1]
+    %xp = tensor.pad %xl low[0, {top}, {left}, 0] high[0, {bottom}, {right}, 0] {{
+    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+      %pad = arith.constant 0.0 : {t}
+      tensor.yield %pad : {t}
+    }} : tensor<{nhwc}> to tensor<{padded}>
+    %e = tensor.empty() : tensor<{out_nhwc}>
+    {init}
+    %yl = linalg.generic {{indexing_maps = [affine_map<(n, h, w, c, i, j) -> (n, h * {sh} + i * {dh}, w * {sw} + j * {dw}, c)>, affine_map<(n, h, w, c, i, j) -> (i, j, c)>, affine_map<(n, h, w, c, i, j) -> (n, h, w, c)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]}} ins(%xp, %wl : tensor<{padded}>, tensor<{filt}>) outs(%init : tensor<{out_nhwc}>) {{
+    ^bb0(%in: {t}, %k: {t}, %acc: {t}):
+      %m = arith.mulf %in, %k : {t}
+      %s = arith.addf %acc, %m : {t}
+      linalg.yield %s : {t}
+    }} -> tensor<{out_nhwc}>
+    %ye = tensor.empty() : tensor<{out_nchw}>
+    %y = linalg.transpose ins(%yl : tensor<{out_nhwc}>) outs(%ye : tensor<{out_nchw}>) permutation = [0, 3, 1, 2]
+    %yt = torch_c.from_builtin_tensor %y : tensor<{out_nchw}> -> {vt(c.y)}
+    return %yt : {vt(c.y)}
+}}"""
+
+
+def lower_host_regions(outlined: tuple["OutlinedRegion", ...],
+                       host: frozenset[str]) -> tuple[tuple["OutlinedRegion", ...], int]:
+    """Each region in ``host`` (compiled for llvm-cpu) with its depthwise convolutions rewritten;
+    and how many were rewritten in all."""
+    import dataclasses
+
+    out, total = [], 0
+    for o in outlined:
+        mlir, count = rewrite_depthwise_convs(o.mlir) if o.name in host else (o.mlir, 0)
+        out.append(dataclasses.replace(o, mlir=mlir) if count else o)
+        total += count
+    return tuple(out), total
