@@ -15,7 +15,7 @@ from collections import Counter
 import onnx
 
 from aot.frontend.expand import Expanded
-from aot.frontend.legalize import (affine_grid, bit_shift, col2im, compress, cumulative, dft, exact_mod,
+from aot.frontend.legalize import (affine_grid, bit_shift, col2im, compress, cumulative, deform_conv, dft, exact_mod,
                                    grid_sample, lp_pool, matmul_vector, narrow_cast, no_op, pad_wrap, pool_edges,
                                    qlinear_matmul, resize, rnn_direction, scatter_minmax, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
@@ -37,6 +37,7 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *pool_edges.LEGALIZATIONS,
     *qlinear_matmul.LEGALIZATIONS,
     *col2im.LEGALIZATIONS,
+    *deform_conv.LEGALIZATIONS,
     *rnn_direction.LEGALIZATIONS,
     *scatter_minmax.LEGALIZATIONS,
     *narrow_cast.LEGALIZATIONS,
