@@ -114,8 +114,10 @@ def check_input_dtypes(manifest: Manifest, items: list[str], inputs: dict[str, o
     device opens (the session checks shapes, which a bucketed bundle lets vary)."""
     import numpy as np
 
+    from aot.runtime.dtypes import numpy_dtype
+
     files = {i.partition("=")[0]: i.partition("=")[2][1:] for i in items}
-    wanted = {s.name: np.dtype(s.dtype) for s in manifest.inputs}
+    wanted = {s.name: numpy_dtype(s.dtype) for s in manifest.inputs}
     for name, arr in inputs.items():
         if name not in wanted:
             raise RuntimeInputError(f"--input {name!r}: the bundle has no input {name!r}",

@@ -58,15 +58,16 @@ def _tensors(entries: tuple[TensorSig, ...], index: dict[str, int]) -> list[dict
     out = []
     for e in entries:
         ident = names.c_identifier(e.name, taken)
-        ctype, _, descr = _dtype_of(e.name, e.dtype)
+        dtype = e.carrier or e.dtype   # C passes a narrow type (int4, ...) in the carrier the modules take
+        ctype, _, descr = _dtype_of(e.name, dtype)
         elements = math.prod(int(d) for d in e.shape)
         out.append({"name": e.name, "ident": Encoded(ident), "macro": Encoded(ident.upper()), "literal": _literal(e.name),
-                    "doc": Encoded(names.c_comment(e.name)), "dtype": dtype_name(e.dtype),
-                    "dtype_literal": _literal(dtype_name(e.dtype)), "ctype": Encoded(ctype), "descr": _literal(descr),
-                    "item": np.dtype(dtype_name(e.dtype)).itemsize,
+                    "doc": Encoded(names.c_comment(e.name)), "dtype": dtype_name(dtype),
+                    "dtype_literal": _literal(dtype_name(dtype)), "ctype": Encoded(ctype), "descr": _literal(descr),
+                    "item": np.dtype(dtype_name(dtype)).itemsize,
                     "rank": len(e.shape), "dims": shape_text(e.shape),
                     "shape_init": Encoded("{" + _init(e.shape) + "}"), "elements": elements,
-                    "bytes": _nbytes(e.shape, e.dtype), "value": index[e.name]})
+                    "bytes": _nbytes(e.shape, dtype), "value": index[e.name]})
     return out
 
 
@@ -89,7 +90,8 @@ def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
     values: list[dict[str, Any]] = []
     for v in index:
         b = boundary.get(v)
-        dtype, shape = (b.dtype, b.shape) if b is not None and b.shape is not None else (sigs[v].dtype, sigs[v].shape)
+        dtype, shape = ((b.dtype, b.shape) if b is not None and b.shape is not None
+                        else (sigs[v].carrier or sigs[v].dtype, sigs[v].shape))
         _, element_type, _ = _dtype_of(v, dtype)
         values.append({"literal": _literal(v), "element_type": Encoded(f"IREE_HAL_ELEMENT_TYPE_{element_type}"),
                        "rank": len(shape), "dims_init": Encoded("{" + _init(shape) + "}"),

@@ -142,7 +142,7 @@ def publish_bundle(staged: Staged, target: Path) -> Bundle:
 
 
 def _sig(spec: TensorSpec) -> TensorSig:
-    return TensorSig(spec.name, spec.dtype, spec.shape)
+    return TensorSig(spec.name, spec.dtype, spec.shape, spec.carrier)
 
 
 def link_or_copy(src: Path, dst: Path, link: bool = True) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from aot.runtime.dtypes import numpy_dtype
 from aot.runtime.manifest import Manifest, TensorSig, thaw
 
 # Element types onnxruntime's Python API cannot exchange as numpy arrays ("Numpy_type 260 can't be
@@ -52,8 +53,8 @@ def random_inputs(specs: tuple[TensorSig, ...], seed: int = 0) -> dict[str, np.n
     rng = np.random.default_rng(seed)
     out = {}
     for s in specs:
-        dtype = np.dtype(s.dtype)
-        if dtype.kind == "f":
+        dtype = numpy_dtype(s.dtype)
+        if dtype.kind == "f" or (s.carrier and numpy_dtype(s.carrier).kind == "f"):
             out[s.name] = rng.standard_normal(s.shape).astype(dtype)
         else:
             out[s.name] = rng.integers(0, 2, s.shape).astype(dtype)

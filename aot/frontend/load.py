@@ -25,6 +25,7 @@ from aot.frontend.indices import index_safety
 from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
 from aot.frontend.legalize import legalize
 from aot.frontend.legalize.unlowerable import unlowerable_nodes
+from aot.frontend.narrow_types import carry_narrow_types
 from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.source import ONNX_FAMILIES, OpFamily
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
@@ -44,6 +45,7 @@ class TensorSpec:
     name: str
     dtype: str            # numpy dtype name, e.g. "float32"
     shape: tuple[int, ...]
+    carrier: str = ""     # the dtype the modules carry it in, where ``dtype`` is narrow (narrow_types.py)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -101,6 +103,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     _forget_placeholder_dims(model)
     _name_nodes(model)
     model = _check_and_infer(model, path)
+    model, narrow, carried = _carry_narrow_types(model, path)
     model, expanded = _expand(model, path)
     model, folded = _simplify(model, path)
     model, legalized = _legalize(model, path)
@@ -119,10 +122,10 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
     # iree-compile, so the imported function always gets a fixed name and `name` stays data.
     model.graph.name = "main_graph"
-    inputs = tuple(_spec(v, path) for v in _real_inputs(model))
-    outputs = tuple(_spec(v, path) for v in model.graph.output if v.name not in flags)
+    inputs = tuple(_spec(v, path, narrow) for v in _real_inputs(model))
+    outputs = tuple(_spec(v, path, narrow) for v in model.graph.output if v.name not in flags)
     return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs,
-                       folded_nodes=folded, expanded=expanded + legalized, constants=baked, index_ops=index_ops)
+                       folded_nodes=folded, expanded=carried + expanded + legalized, constants=baked, index_ops=index_ops)
 
 
 def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
@@ -161,6 +164,17 @@ def _expand(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[
                          hint="re-export the model with these ops decomposed (e.g. an older opset)") from e
     _name_nodes(result.model)
     return _check_and_infer(result.model, path), found
+
+
+def _carry_narrow_types(model: onnx.ModelProto, path: Path
+                        ) -> tuple[onnx.ModelProto, dict[str, int], tuple[Expanded, ...]]:
+    """int4, int2, float4e2m1, ... values carried in a type IREE takes (``frontend/narrow_types.py``);
+    the model's narrow inputs and outputs by name; the tally for the build record."""
+    result, boundary = carry_narrow_types(model)
+    if not result.modified:
+        return model, boundary, ()
+    why = "sub-byte and float8e8m0 values carried in int8, uint8 or float32 (IREE 3.13 has no such types)"
+    return _check_and_infer(result.model, path), boundary, (Expanded("narrow types", result.changed, why),)
 
 
 def _legalize(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tuple[Expanded, ...]]:
@@ -411,9 +425,13 @@ def _require_static_outputs(model: onnx.ModelProto) -> None:
                                   "in with --const-input")
 
 
-def _spec(value: onnx.ValueInfoProto, path: Path) -> TensorSpec:
+def _spec(value: onnx.ValueInfoProto, path: Path, narrow: dict[str, int]) -> TensorSpec:
+    """``narrow``: the declared type of each input or output carried in a wider one."""
     t = value.type.tensor_type
     if not t.elem_type:
         raise ModelError(f"graph value {value.name!r} is not a tensor", hint="sequences and maps are not supported")
     dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
-    return TensorSpec(value.name, dtype, tuple(d.dim_value for d in t.shape.dim))
+    shape = tuple(d.dim_value for d in t.shape.dim)
+    if value.name in narrow:
+        return TensorSpec(value.name, onnx.helper.tensor_dtype_to_np_dtype(narrow[value.name]).name, shape, dtype)
+    return TensorSpec(value.name, dtype, shape)

@@ -18,6 +18,7 @@ from . import devices as dv
 from . import manifest as mf
 from . import lanes, memory
 from .devices import Devices
+from .dtypes import numpy_dtype
 from .manifest import Manifest, RegionEntry, TensorSig
 
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
@@ -46,7 +47,7 @@ class Session:
         self.manifest = manifest
         self._inputs = manifest.inputs
         self._outputs = manifest.outputs
-        self._output_dtypes = tuple(np.dtype(o.dtype) if o.dtype else None for o in manifest.outputs)
+        self._output_dtypes = tuple(numpy_dtype(o.dtype) if o.dtype else None for o in manifest.outputs)
         self._regions = {r.name: r for r in manifest.regions}
         self._schedule = manifest.schedule
         self._checked_indices = tuple(op for op in manifest.index_ops if op.status == "checked")
@@ -291,7 +292,7 @@ def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dic
             arr = np.asarray(inputs[name])
         except Exception as e:  # ragged lists, objects numpy cannot turn into one array
             raise RuntimeInputError(f"input {name!r} is not an array: {e}") from None
-        want_dtype, want_shape = np.dtype(spec.dtype), spec.shape
+        want_dtype, want_shape = numpy_dtype(spec.dtype), spec.shape
         if arr.dtype != want_dtype and arr.dtype.newbyteorder("=") == want_dtype:
             arr = arr.astype(want_dtype)    # the right type in the other byte order: swap (a copy)
         if arr.dtype != want_dtype:
@@ -300,7 +301,8 @@ def check_inputs(specs: tuple[TensorSig, ...], inputs: Mapping[str, Any]) -> dic
         if arr.shape != want_shape:
             raise RuntimeInputError(f"input {name!r}: expected shape {list(want_shape)}, got {list(arr.shape)}",
                                     hint="rebuild with --input-shape to compile another shape")
-        out[name] = contiguous(arr)
+        # A narrow type travels in its carrier (int4 in int8, ...): the same values, exactly.
+        out[name] = contiguous(arr.astype(spec.carrier) if spec.carrier else arr)
     return out
 
 
