@@ -324,7 +324,7 @@ class BuildOptions:
                                 self.policy, self.select, self.threshold, self.gate, self.cost_params,
                                 self.min_segment_nodes, self.order, self.order_budget,
                                 (),   # no labels decided yet: memory splitting adds its own (memory_limits.py)
-                                self.measure_plans, (), False)   # nothing timed yet: checks/measured_order.py times
+                                self.measure_plans, (), False, None)   # nothing timed yet: checks/measured_order.py times
 
     def tune_settings(self) -> TuneSettings:
         """The tuner's view of these settings."""

@@ -104,7 +104,8 @@ def segment_lines(part: PartitionRecord, most: int = 40) -> list[str]:
             lines.append(f"  scored with measured region times: {scoring.regions_timed} distinct region(s) timed on "
                          f"their devices from {scoring.plans_timed} plan(s), {scoring.rounds} round(s); the scoring took {scoring.scored_measured} "
                          f"region(s) measured, {scoring.scored_estimated} estimated (scaled per device)"
-                         f"{', in one lane (the devices share the host cores)' if scoring.one_lane else ''}: "
+                         f"{', in one lane (the devices share the host cores)' if scoring.one_lane else ''}"
+                         f"{f', one transfer {scoring.hop_us:.1f} us as the whole runs measured it' if scoring.hop_us is not None else ''}: "
                          f"{scoring.verdict()}, {'not ' if scoring.changed else ''}the estimates' choice "
                          f"({scoring.seconds:.1f}s)")
         if search.measured_greedy_us is not None and search.measured_searched_us is not None:

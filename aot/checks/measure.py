@@ -43,15 +43,15 @@ class Measured:
 
 
 def side_by_side(contenders: Sequence[Contender], repeats: int = REPEATS,
-                 warmup: int = WARMUP) -> dict[str, Measured]:
+                 warmup: int = WARMUP, regions_too: bool = True) -> dict[str, Measured]:
     """Each contender's whole-run median (interleaved with the others: ``timing.interleaved``,
-    rotating start, no idle gap as no spinning runtime shares the process) and its regions' medians
-    (each region alone, on the real intermediates of one run). Every contender takes the same
-    seeded random inputs."""
+    rotating start, no idle gap as no spinning runtime shares the process) and, with
+    ``regions_too``, its regions' medians (each region alone, on the real intermediates of one
+    run). Every contender takes the same seeded random inputs."""
     inputs = random_inputs(contenders[0].manifest.inputs, seed=0)
     with contextlib.ExitStack() as stack:
         sessions = {c.name: stack.enter_context(CheckSession(c.bundle, c.manifest)) for c in contenders}
-        regions = {name: s.region_times(inputs, repeats) for name, s in sessions.items()}
+        regions = {name: s.region_times(inputs, repeats) if regions_too else {} for name, s in sessions.items()}
         calls = {name: (lambda s=s: s.run(inputs)) for name, s in sessions.items()}
         whole = timing.interleaved(calls, timing.Schedule(warmup, repeats))
     return {name: Measured(timing.median_us(whole[name]), tuple(regions[name].items())) for name in sessions}

@@ -29,7 +29,8 @@ from aot.frontend.graph import GraphView
 from aot.partition.order import OrderMode
 from aot.partition.partitioner import PartitionOptions, partition
 from aot.partition.plan import Plan
-from aot.partition.search import RegionKey, MeasuredRegion
+from aot.partition.cost import CostModel
+from aot.partition.search import RegionKey, MeasuredRegion, fit_hop_us
 from aot.partition.support import ACCEL, HOST, Device
 from aot.runtime.manifest import RegionEntry
 
@@ -83,6 +84,24 @@ def time_regions(bundles: tuple[Staged, ...], done: Done, known: tuple[MeasuredR
     return tuple(times.values())
 
 
+def _fitted_hop_us(view: GraphView, options: PartitionOptions, bundles: tuple[Staged, ...],
+                   times: tuple[MeasuredRegion, ...], one_lane: bool, done: Done) -> float | None:
+    """The candidates' whole runs timed side by side, and one cross-device transfer's cost fitted
+    to what they hold beyond their regions (``search.fit_hop_us``); None when no two plans ran."""
+    try:
+        runs = measure.side_by_side([measure.Contender(b.plan.digest(), b.path, b.manifest) for b in bundles],
+                                    repeats=REPEATS, regions_too=False)
+    except (AotError, RuntimeError) as e:   # iree.runtime raises RuntimeError
+        done("order", f"the candidates' whole runs did not run ({e}): transfers keep the cost model's price")
+        return None
+    cost = CostModel.load(options.accel_target, options.cost_params)
+    hop_us = fit_hop_us(view, cost, times, one_lane, [(b.plan, runs[b.plan.digest()].whole_us) for b in bundles])
+    done("order", f"timed {len(bundles)} candidate plan(s) whole: one transfer "
+                  + (f"costs {hop_us:.1f} us measured (the cost model says {cost.hop_us:.1f})" if hop_us is not None
+                     else "was never made (no plan crosses devices)"))
+    return hop_us
+
+
 def rescore(view: GraphView, options: PartitionOptions, candidates: tuple[Plan, ...], staged: Staged,
             compile_: Compile, done: Done) -> Rescored:
     """Time ``candidates`` (and ``staged``, the estimates' choice) region by region, partition
@@ -100,8 +119,10 @@ def rescore(view: GraphView, options: PartitionOptions, candidates: tuple[Plan, 
     # measured times add up, where the lane simulation would overlap them (measured on a two-branch
     # model at 32x32: the search's overlapped plan predicted 10% faster, timed 6% slower).
     one_lane = all(r.target.on_host_cores for r in staged.manifest.regions)
+    hop_us = _fitted_hop_us(view, options, tuple(bundles.values()), times, one_lane, done)
     for round_ in range(1, ROUNDS + 1):
-        again = partition(view, dataclasses.replace(options, measured=times, measured_one_lane=one_lane))
+        again = partition(view, dataclasses.replace(options, measured=times, measured_one_lane=one_lane,
+                                                    measured_hop_us=hop_us))
         # The partitioner's plans carry no memory splits: the pipeline pins them on every plan it builds.
         plan = dataclasses.replace(again.plan, splits=staged.plan.splits)
         if plan.digest() not in bundles:   # a grouping no candidate had: its regions mostly compiled already

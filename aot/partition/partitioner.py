@@ -44,6 +44,9 @@ class PartitionOptions:
     measure_plans: int
     measured: tuple[MeasuredRegion, ...]
     measured_one_lane: bool           # ... timed on an accelerator that computes on the host's cores
+    # ... and the fixed cost of one cross-device transfer fitted to the candidates' whole runs
+    # (search.fit_hop_us), in place of the cost model's hand-set one; None: not measured.
+    measured_hop_us: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,7 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
     if options.order is OrderMode.SEARCH:
         greedy, segs = plan, segments(view, options.min_segment_nodes)
         plan, searched = search.search(view, plan, segs, cost, options.order_budget, moves_of, options.measured,
-                                      options.measured_one_lane)
+                                      options.measured_one_lane, options.measured_hop_us)
         if options.gate is GateMode.MEASURED and options.measure_plans and not options.measured:
             candidates = search.candidate_plans(view, greedy, segs, cost, options.order_budget, moves_of,
                                                 options.measure_plans)

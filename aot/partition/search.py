@@ -99,6 +99,7 @@ class MeasuredScoring:
     seconds: float                         # compiling, timing and scoring the candidates
     rounds: int = 1                        # scorings: the winner's untimed regions timed, then again
     one_lane: bool = False                 # the devices share the host's cores: no lane overlaps another
+    hop_us: float | None = None            # one transfer's cost fitted to the candidates' whole runs
 
     def verdict(self) -> str:
         """Greedy's and the searched plan's scores, and which was kept (and why, when slower)."""
@@ -185,12 +186,16 @@ def digest(schedule: Schedule) -> str:
 
 
 def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostModel, budget: int,
-           moves: Moves, measured: Iterable[MeasuredRegion] = (), one_lane: bool = False) -> tuple[Plan, OrderSearch]:
+           moves: Moves, measured: Iterable[MeasuredRegion] = (), one_lane: bool = False,
+           hop_us: float | None = None) -> tuple[Plan, OrderSearch]:
     """The best plan found for ``plan``'s devices, and what the search did. ``moves``: the
     partition rules' verdict on a grouping (nothing: it stands). ``measured``: region durations
     timed on the devices, used in place of the estimates where they exist (the outcome's times
     are then the measured scoring's). ``one_lane``: those were timed on devices sharing the host's
-    cores (_Scorer)."""
+    cores (_Scorer). ``hop_us``: one transfer's measured cost (``fit_hop_us``), in place of the cost
+    model's in the whole-plan comparison."""
+    if hop_us is not None:
+        cost = dataclasses.replace(cost, hop_us=hop_us)
     scorer = _Scorer(view, cost, measured, one_lane)
     device = {n: r.device for r in plan.regions for n in r.nodes}
     greedy = tuple(Group(r.device, r.nodes) for r in map(plan.region, plan.schedule))
@@ -211,7 +216,7 @@ def search(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost: CostMod
     # The stage that timed the regions fills in what only it knows (plans, seconds, changed).
     scoring = MeasuredScoring(0, len(scorer.measured), len(scorer.hits), len(scorer.misses), tuple(scores),
                               greedy_us, searched_us, kept, False, 0.0,
-                              one_lane=scorer.one_lane) if scorer.measured else None
+                              one_lane=scorer.one_lane, hop_us=hop_us) if scorer.measured else None
     outcome = OrderSearch(budget, tuple(scores), greedy_us, searched_us, kept, fused, measured_scoring=scoring)
     return (searched if better else plan), outcome
 
@@ -233,6 +238,25 @@ def candidate_plans(view: GraphView, plan: Plan, segs: tuple[Segment, ...], cost
         validate(linked, view)
         plans.setdefault(linked.digest(), linked)
     return tuple(plans.values())
+
+
+def fit_hop_us(view: GraphView, cost: CostModel, measured: Iterable[MeasuredRegion], one_lane: bool,
+               runs: Iterable[tuple[Plan, float]]) -> float | None:
+    """The fixed cost of one cross-device transfer that best explains whole runs (``runs``: plans
+    and their measured whole-run times) beyond their regions' measured lanes and the transfers'
+    per-byte estimate: least squares through the origin over the plans that cross devices, never
+    negative; None when none does. What the region-by-region timing cannot see (a copy between
+    the devices, a queue submission per hop) is what the whole runs hold beyond it."""
+    scorer = _Scorer(view, cost, measured, one_lane)
+    weighted, squares = 0.0, 0
+    for plan, whole_us in runs:
+        c = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost, plan.schedule,
+                      region_us=scorer.region_us, one_lane=scorer.one_lane)
+        if c.hops:
+            per_byte_us = c.transfer_us - c.hops * cost.hop_us
+            weighted += (whole_us - (c.total_us - c.transfer_us) - per_byte_us) * c.hops
+            squares += c.hops * c.hops
+    return round(max(0.0, weighted / squares), 3) if squares else None
 
 
 def _plan_of(linked: Iterable[Group], plan: Plan) -> Plan:

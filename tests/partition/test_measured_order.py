@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from aot.partition.order import OrderMode
 from aot.partition.partitioner import partition
 from aot.partition.plan import GateMode, Plan
@@ -197,3 +199,36 @@ def test_the_stage_times_candidates_scores_again_and_stages_the_measured_winner(
     assert scoring.plans_timed == len(estimated.candidates) and scoring.regions_timed == len(got.times)
     assert outcome.segments == estimated.order_search.segments   # the estimates' scores stay beside it
     assert any("kept the greedy plan, not the one the estimates chose" in line for line in lines)
+
+
+def _plan(groups) -> Plan:
+    from aot.partition.plan import Region
+    return Plan(tuple(Region(f"r{i}", d, n) for i, (d, n) in enumerate(groups)),
+                tuple(f"r{i}" for i in range(len(groups))), {})
+
+
+def test_a_transfer_cost_fitted_to_whole_runs_prices_every_crossing_of_the_whole_plan_comparison():
+    """Whole runs that hold 1 ms per cross-device transfer beyond their regions' lanes (and the
+    per-byte estimate): the fit finds that 1 ms, a plan that crosses no device gives nothing to
+    fit, and the search's whole-plan comparison prices each crossing at the fitted cost."""
+    from aot.partition.cost import plan_cost
+    from aot.partition.search import fit_hop_us
+
+    view = two_branches()
+    scorer = _Scorer(view, COST, OVERLAPPING)
+    runs, lanes = [], {}
+    for name, groups in (("greedy", GREEDY), ("searched", SEARCHED)):
+        plan = _plan(groups)
+        c = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, COST, plan.schedule,
+                      region_us=scorer.region_us)
+        lanes[name] = (c.total_us - c.hops * COST.hop_us, c.hops)     # lanes + per-byte, and the crossings
+        runs.append((plan, lanes[name][0] + c.hops * 1000.0))
+    assert fit_hop_us(view, COST, OVERLAPPING, False, runs) == 1000.0
+    assert fit_hop_us(view, COST, OVERLAPPING, False, [(_plan([(HOST, ("x", "h1", "h2", "a", "j"))]), 5000.0)]) is None
+
+    fitted = partition(view, dataclasses.replace(measured_options(OVERLAPPING), measured_hop_us=1000.0))
+    outcome = fitted.order_search
+    assert outcome is not None and outcome.measured_scoring is not None and outcome.measured_scoring.hop_us == 1000.0
+    for name, us in (("greedy", outcome.greedy_us), ("searched", outcome.searched_us)):
+        base, hops = lanes[name]
+        assert us == pytest.approx(base + hops * 1000.0)
