@@ -102,8 +102,13 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_build(args: argparse.Namespace) -> int:
     from aot import api
 
-    result = api.build(args.model, Path(args.output), args_.build_options(args),
-                       progress=lambda s: print(s, file=sys.stderr))
+    from aot.tools.progress import StepLines
+
+    printer = StepLines()
+    try:
+        result = api.build(args.model, Path(args.output), args_.build_options(args), progress=printer)
+    finally:
+        printer.close()
     for r in result.bundle.manifest.regions:
         how = result.bundle.record.region(r.name)
         note = "  (fell back from the accelerator)" if how.fallback else ""
@@ -117,8 +122,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from aot import api
 
     given = args_.build_options(args, "tune")
-    result = api.tune(Path(args.build), repeats=given.tune_repeats, cluster=given.cluster,
-                      progress=lambda s: print(s, file=sys.stderr))
+    from aot.tools.progress import StepLines
+
+    printer = StepLines()
+    try:
+        result = api.tune(Path(args.build), repeats=given.tune_repeats, cluster=given.cluster, progress=printer)
+    finally:
+        printer.close()
     from aot import report
 
     print(report.tuning_text(result.bundle.manifest, result.bundle.record))

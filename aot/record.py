@@ -161,6 +161,12 @@ class TuneCandidate:
     median_us: float | None       # warm median on the region's device; None: rejected before timing
     max_abs_diff: float | None    # against the reference's output for the region
     rejected: str | None          # why (compile failure, crash, timeout, mismatch); None: it ran correctly
+    # calls timed: fewer than the others' when it fell far behind the best and was pruned (probe.py)
+    timed_calls: int = field(default=0, omit_default=True)
+
+    def pruned(self, of: "Tuning") -> bool:
+        most = max((c.timed_calls for c in of.candidates), default=0)
+        return 0 < self.timed_calls < most
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,7 +217,8 @@ def tuning_text(m: Manifest, rec: BuildRecord) -> str:
         lines.append(f"  {r.name}: {t.winner} {_us(t.best_us)} vs default {_us(t.default_us)} ({speed}) on {t.device}")
         lines.append(f"      flags: {' '.join(r.flags) or '(none)'}")
         for c in t.candidates:
-            lines.append(f"      {c.name:28s} {_us(c.median_us):>12s}  {c.rejected or ''}"[:220])
+            note = c.rejected or (f"pruned after {c.timed_calls} timed calls: far behind the best" if c.pruned(t) else "")
+            lines.append(f"      {c.name:28s} {_us(c.median_us):>12s}  {note}"[:220])
     if m.host_runtime:
         rt = m.host_runtime
         measured = ", ".join(f"{k}: {_us(v)}" for k, v in rec.host_runtime_measured)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from aot.errors import AotError, CompileError
 from aot.lower import flags, footprint
@@ -86,9 +86,13 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
 
 
 def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: float,
-                 executor: Executor | None = None) -> list[CompiledRegion | CompileError]:
+                 executor: Executor | None = None,
+                 compiled: Callable[[CompileJob, float | None, bool], None] | None = None
+                 ) -> list[CompiledRegion | CompileError]:
     """Each job's module from ``cache`` or compiled through ``executor``; a failure is returned as
-    its CompileError (the tuner rejects such a candidate, the build raises it)."""
+    its CompileError (the tuner rejects such a candidate, the build raises it). ``compiled`` hears
+    of each job as it is done: the job, its compile seconds (None: from the cache) and whether it
+    compiled (from a pool thread)."""
     version = compiler_version()
     results: list[CompiledRegion | CompileError | None] = []
     pending: list[tuple[int, CompileJob, CompileTask, Path]] = []
@@ -102,13 +106,19 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
         out = cache / f"{key}.vmfb"
         if out.exists():
             results.append(CompiledRegion(job.region, job.target, out, file_sha256(out), None, True, 0.0, job.opt_flags))
+            if compiled is not None:
+                compiled(job, None, True)
             continue
         results.append(None)
         timeout = COMPILE_TIMEOUT_S if job.target.is_host else accel_timeout
         pending.append((i, job, CompileTask(f"{job.region}{job.label and ' ' + job.label}", text, job_flags, timeout), out))
     if pending:
         executor = executor or LocalPool()
-        for (i, job, task, out), outcome in zip(pending, executor.run([p[2] for p in pending])):
+        def done(k: int, outcome: CompileOutcome) -> None:
+            if compiled is not None:
+                compiled(pending[k][1], outcome.seconds, outcome.vmfb is not None)
+
+        for (i, job, task, out), outcome in zip(pending, executor.run([p[2] for p in pending], done)):
             results[i] = _store(job, task, outcome, out, version)
     return results  # type: ignore[return-value]
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from aot.errors import AotError
 
@@ -63,11 +63,15 @@ def run_task(task: CompileTask) -> CompileOutcome:
                           time.perf_counter() - start, compiler_version())
 
 
+Done = Callable[[int, CompileOutcome], None]   # a task's index and its outcome, as each finishes
+
+
 class Executor(Protocol):
     description: str
 
-    def run(self, tasks: Sequence[CompileTask]) -> list[CompileOutcome]:
-        """Run every task; outcomes in task order. A failed compile is an outcome, not an error."""
+    def run(self, tasks: Sequence[CompileTask], done: Done | None = None) -> list[CompileOutcome]:
+        """Run every task; outcomes in task order. A failed compile is an outcome, not an error.
+        ``done`` hears of each task as it finishes (from a pool thread: it must be thread-safe)."""
 
     def close(self) -> None: ...
 
@@ -79,11 +83,17 @@ class LocalPool:
         self.workers = workers or os.cpu_count() or 1
         self.description = f"local pool of {self.workers}"
 
-    def run(self, tasks: Sequence[CompileTask]) -> list[CompileOutcome]:
+    def run(self, tasks: Sequence[CompileTask], done: Done | None = None) -> list[CompileOutcome]:
+        def one(indexed: tuple[int, CompileTask]) -> CompileOutcome:
+            outcome = run_task(indexed[1])
+            if done is not None:
+                done(indexed[0], outcome)
+            return outcome
+
         if len(tasks) <= 1:
-            return [run_task(t) for t in tasks]
+            return [one(t) for t in enumerate(tasks)]
         with ThreadPoolExecutor(min(self.workers, len(tasks))) as pool:
-            return list(pool.map(run_task, tasks))
+            return list(pool.map(one, enumerate(tasks)))
 
     def close(self) -> None:
         pass
@@ -106,10 +116,14 @@ class DaskCluster:
         workers = len(self._client.scheduler_info().get("workers", {}))
         self.description = f"Dask cluster {address} ({workers} worker(s))"
 
-    def run(self, tasks: Sequence[CompileTask]) -> list[CompileOutcome]:
+    def run(self, tasks: Sequence[CompileTask], done: Done | None = None) -> list[CompileOutcome]:
         # pure=True: the task's bytes are its key, so a task submitted twice runs once.
         futures = self._client.map(run_task, list(tasks), pure=True)
-        return self._client.gather(futures)
+        outcomes: list[CompileOutcome] = self._client.gather(futures)
+        if done is not None:   # after the gather: the cluster reports nothing sooner
+            for i, outcome in enumerate(outcomes):
+                done(i, outcome)
+        return outcomes
 
     def close(self) -> None:
         self._client.close()

@@ -80,8 +80,8 @@ def _region(req: dict[str, Any]) -> None:
         if ok:
             keep.append((module, context, invoker))
             calls[cand["name"]] = functools.partial(invoker, *device_args)
-    medians = _interleaved(calls, req["warmup"], req["repeats"], prune=True)
-    _emit(event="timed", medians_us=medians)
+    medians, counts = _interleaved(calls, req["warmup"], req["repeats"], prune=True)
+    _emit(event="timed", medians_us=medians, calls=counts)
 
 
 # A candidate whose median after PRUNE_AFTER turns is over PRUNE_RATIO times the best one's cannot
@@ -92,14 +92,15 @@ PRUNE_RATIO = 1.5
 
 
 def _interleaved(calls: dict[str, Callable[[], Any]], warmup: int, repeats: int,
-                 prune: bool = False) -> dict[str, float]:
-    """Median microseconds per call; each round starts at the next candidate, so none always
-    follows the same one. IREE modules only here: nothing spins between calls, so no idle gap.
-    ``prune``: candidates far behind the best after a few turns stop being timed."""
+                 prune: bool = False) -> tuple[dict[str, float], dict[str, int]]:
+    """Median microseconds per call, and the calls timed; each round starts at the next
+    candidate, so none always follows the same one. IREE modules only here: nothing spins between
+    calls, so no idle gap. ``prune``: candidates far behind the best after a few turns stop being
+    timed (fewer calls)."""
     pruning = prune and repeats > PRUNE_AFTER
     schedule = timing.Schedule(warmup, repeats, prune_after=PRUNE_AFTER if pruning else 0, prune_ratio=PRUNE_RATIO)
     times = timing.interleaved(calls, schedule)
-    return {n: timing.median_us(s) for n, s in times.items() if s}
+    return {n: timing.median_us(s) for n, s in times.items() if s}, {n: len(s) for n, s in times.items() if s}
 
 
 def _bundle(req: dict[str, Any]) -> None:
@@ -114,7 +115,7 @@ def _bundle(req: dict[str, Any]) -> None:
     data = np.load(req["data"])
     inputs = {s.name: data[s.name] for s in manifest.inputs}
     with runtime.Session(bundle, manifest) as session:
-        medians = _interleaved({"run": lambda: session.run(inputs)}, req["warmup"], req["repeats"])
+        medians, _ = _interleaved({"run": lambda: session.run(inputs)}, req["warmup"], req["repeats"])
     _emit(event="timed", medians_us=medians)
 
 
@@ -135,7 +136,7 @@ def _bundles(req: dict[str, Any]) -> None:
             session = stack.enter_context(runtime.Session(Path(b["bundle"]), manifest))
             inputs = {s.name: data[s.name] for s in manifest.inputs}
             calls[b["name"]] = functools.partial(session.run, inputs)
-        medians = _interleaved(calls, req["warmup"], req["repeats"])
+        medians, _ = _interleaved(calls, req["warmup"], req["repeats"])
     _emit(event="timed", medians_us=medians)
 
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -27,6 +28,7 @@ from aot.record import TuneCandidate, Tuning
 from aot.runtime import codec
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.tune.candidates import FlagSet, candidates
+from aot.tune.progress import Steps
 from aot.runtime.atomic import write_json
 
 PROBE_TIMEOUT_S = 600       # one probe process: load, check and time every candidate of a region
@@ -81,10 +83,18 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
         return found
     jobs = [CompileJob(r.name, mlir_of(r.name), r.target, s.flags, label=s.name) for r, sets, _ in todo for s in sets]
     progress(f"tune     compiling {len(jobs)} candidate(s) for {len(todo)} region(s) on {executor.description}")
-    compiled = iter(compile_many(jobs, cache, accel_timeout=settings.accel_timeout, executor=executor))
+    # Steps: each candidate compiled, then checked, then each region's timing.
+    steps = Steps(2 * len(jobs) + len(todo), progress)
+
+    def compiled_one(job: CompileJob, seconds: float | None, ok: bool) -> None:
+        how = "from the cache" if seconds is None else f"in {seconds:.1f}s" if ok else f"FAILED after {seconds:.1f}s"
+        steps.done(f"{job.region} compiled {job.label} {how}")
+
+    compiled = iter(compile_many(jobs, cache, accel_timeout=settings.accel_timeout, executor=executor,
+                                 compiled=compiled_one))
     for r, sets, record in todo:
         outcomes = [next(compiled) for _ in sets]
-        tuning = _measure(staged_dir, manifest, r, sets, outcomes, reference, settings)
+        tuning = _measure(staged_dir, manifest, r, sets, outcomes, reference, settings, _Reporter(r.name, steps))
         write_json(record, codec.encode(tuning))
         found[r.name] = tuning
         speed = f"{tuning.speedup:.2f}x the default" if tuning.speedup else "no faster candidate"
@@ -125,8 +135,30 @@ def cpu_model() -> str:
         return platform.processor() or "cpu"
 
 
+@dataclass
+class _Reporter:
+    """The probe's events of one region as progress steps: a candidate checked, the timing done."""
+
+    region: str
+    steps: Steps
+
+    def __call__(self, event: dict) -> None:
+        if event["event"] == "checked":
+            diff = event.get("max_abs_diff")
+            verdict = (f"ok (max abs diff {diff:.3g})" if diff is not None else "ok") if event["ok"] \
+                else f"REJECTED: {event.get('error') or 'mismatch'}"
+            self.steps.done(f"{self.region} checked {event['name']}: {verdict}"[:200])
+        elif event["event"] == "timed":
+            calls = event.get("calls", {})
+            most = max(calls.values(), default=0)
+            times = ", ".join(f"{n} {us / 1000:.3g} ms" + (f" (pruned after {calls[n]})" if calls.get(n, most) < most else "")
+                              for n, us in sorted(event["medians_us"].items(), key=lambda kv: kv[1]))
+            self.steps.done(f"{self.region} timed: {times}"[:300])
+
+
 def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tuple[FlagSet, ...],
-             outcomes: list, reference: dict[str, np.ndarray], settings: TuneSettings) -> Tuning:
+             outcomes: list, reference: dict[str, np.ndarray], settings: TuneSettings,
+             report: Callable[[dict], None] = lambda e: None) -> Tuning:
     rejected: dict[str, str] = {}
     diffs: dict[str, float | None] = {}
     runnable: list[tuple[FlagSet, CompiledRegion]] = []
@@ -135,7 +167,9 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
             runnable.append((s, o))
         else:
             rejected[s.name] = f"compile failed (exit {o.returncode}): {o.stderr_tail.splitlines()[0][:300]}"
+            report({"event": "checked", "name": s.name, "ok": False, "error": "did not compile"})
     medians: dict[str, float] = {}
+    calls: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="aot-tune-") as tmp:
         data = Path(tmp, "data.npz")
         # Any values: numpy's stub would match **arrays against savez's allow_pickle: bool.
@@ -149,7 +183,7 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
                    "warmup": settings.warmup, "repeats": settings.repeats}
         pending = [(s.name, str(c.vmfb)) for s, c in runnable]
         while pending:
-            events, error = run_probe({**request, "candidates": [{"name": n, "vmfb": v} for n, v in pending]})
+            events, error = run_probe({**request, "candidates": [{"name": n, "vmfb": v} for n, v in pending]}, report)
             started = None
             for e in events:
                 if e["event"] == "start":
@@ -161,6 +195,7 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
                         rejected[e["name"]] = e["error"]
                 elif e["event"] == "timed":
                     medians.update(e["medians_us"])
+                    calls.update(e.get("calls", {}))
             if error is None:
                 break
             if started is None:  # died while timing: which module did it is unknown
@@ -171,7 +206,7 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
             rejected[started] = f"crashed or hung on its first run: {error}"
             pending = [(n, v) for n, v in pending if n not in rejected]
     table = tuple(TuneCandidate(s.name, s.flags, None if s.name in rejected else medians.get(s.name),
-                                diffs.get(s.name), rejected.get(s.name)) for s in sets)
+                                diffs.get(s.name), rejected.get(s.name), calls.get(s.name, 0)) for s in sets)
     return decide(table, device_identity(manifest.driver(region)))
 
 
@@ -189,18 +224,33 @@ def decide(table: tuple[TuneCandidate, ...], device: str) -> Tuning:
                   device, table)
 
 
-def run_probe(request: dict) -> tuple[list[dict], str | None]:
-    """(events, None) or (the events it wrote before failing, why it failed)."""
-    try:
-        proc = subprocess.run([sys.executable, "-m", "aot.tune.probe"], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return _events(out), f"timed out after {PROBE_TIMEOUT_S}s"
-    events = _events(proc.stdout)
-    if proc.returncode != 0 or not any(e["event"] == "timed" for e in events):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return events, f"exit {proc.returncode}: {tail}"
+def run_probe(request: dict, on_event: Callable[[dict], None] = lambda e: None) -> tuple[list[dict], str | None]:
+    """(events, None) or (the events it wrote before failing, why it failed). ``on_event`` hears
+    each event as the probe writes it (progress); stderr goes to a file, so no pipe fills up."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "aot.tune.probe"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+        timer = threading.Timer(PROBE_TIMEOUT_S, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(request))
+            proc.stdin.close()
+            events = []
+            for line in proc.stdout:
+                for e in _events(line):
+                    events.append(e)
+                    on_event(e)
+            proc.wait()
+        finally:
+            timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+            timer.cancel()
+        if timed_out:
+            return events, f"timed out after {PROBE_TIMEOUT_S}s"
+        err.seek(0)
+        if proc.returncode != 0 or not any(e["event"] == "timed" for e in events):
+            tail = (err.read().strip().splitlines() or ["no output"])[-1][:300]
+            return events, f"exit {proc.returncode}: {tail}"
     return events, None
 
 

@@ -20,9 +20,12 @@ from conftest import small_manifest
 def _setup(monkeypatch, probe_runs):
     calls = []
 
-    def fake_probe(request):
+    def fake_probe(request, on_event=lambda e: None):
         calls.append([c["name"] for c in request["candidates"]])
-        return probe_runs[len(calls) - 1](request)
+        events, error = probe_runs[len(calls) - 1](request)
+        for e in events:
+            on_event(e)
+        return events, error
 
     monkeypatch.setattr(search, "run_probe", fake_probe)
     monkeypatch.setattr(search, "device_identity", lambda driver: "test cpu")
@@ -80,3 +83,28 @@ def _host_manifest() -> Manifest:
 
     m = small_manifest()
     return dataclasses.replace(m, regions=(dataclasses.replace(m.regions[0], target=Target.host()),))
+
+
+def test_each_candidate_is_a_progress_step_with_an_eta_and_pruned_ones_say_so(monkeypatch):
+    """Compiled, checked, timed: one line each, counted against the run's steps with an ETA from
+    the pace so far; the timing line names the candidates the probe pruned; the record keeps
+    their timed calls and the report marks them."""
+    from aot.record import TuneCandidate
+    from aot.tune.progress import Steps, eta_text
+
+    now = iter([0.0, 10.0, 20.0, 50.0])     # the clock: start, then each step
+    lines: list[str] = []
+    steps = Steps(4, lines.append, clock=lambda: next(now))
+    reporter = search._Reporter("r0", steps)
+    steps.done("r0 compiled data-tiling in 9.5s")
+    reporter({"event": "checked", "name": "data-tiling", "ok": True, "max_abs_diff": 3e-7})
+    reporter({"event": "timed", "medians_us": {"default": 8000.0, "data-tiling": 6000.0, "direct-conv": 13000.0},
+              "calls": {"default": 20, "data-tiling": 20, "direct-conv": 5}})
+    assert lines == ["tune     [1/4, ETA 30s] r0 compiled data-tiling in 9.5s",
+                     "tune     [2/4, ETA 20s] r0 checked data-tiling: ok (max abs diff 3e-07)",
+                     "tune     [3/4, ETA 17s] r0 timed: data-tiling 6 ms, default 8 ms, direct-conv 13 ms (pruned after 5)"]
+    assert eta_text(80.4) == "1m20s" and eta_text(4.6) == "5s"
+
+    table = (TuneCandidate("default", (), 8000.0, 0.0, None, 20), TuneCandidate("direct-conv", (), 13000.0, 0.0, None, 5))
+    tuning = search.decide(table, "test cpu")
+    assert [c.pruned(tuning) for c in tuning.candidates] == [False, True]
