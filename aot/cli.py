@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_build(args: argparse.Namespace) -> int:
     from aot import api
 
-    from aot.tools.progress import StepLines
+    from aot.tune.progress import StepLines
 
     printer = StepLines()
     try:
@@ -122,7 +122,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from aot import api
 
     given = args_.build_options(args, "tune")
-    from aot.tools.progress import StepLines
+    from aot.tune.progress import StepLines
 
     printer = StepLines()
     try:

@@ -15,8 +15,10 @@ PACKAGE = ROOT / "aot"
 # The build stages and what they share; aot.api and aot.cli sit on top and may use the tooling.
 STAGES = ("aot.frontend", "aot.partition", "aot.lower", "aot.bundle", "aot.runtime", "aot.checks",
           "aot.pipeline", "aot.options", "aot.workspace", "aot.errors", "aot.report", "aot.record")
-# A bundle ships a copy of aot.runtime (stubs/python/aot_runtime): it may import only itself.
-RUNTIME_MAY_IMPORT = {"numpy", "iree.runtime", "aot.runtime"}
+# A bundle ships a copy of aot.runtime (stubs/python/aot_runtime): it may import only itself, and
+# ml_dtypes, which runtime/dtypes.py imports only for a bundle with int4, float4, ... inputs or
+# outputs (its stub then says it needs it).
+RUNTIME_MAY_IMPORT = {"numpy", "iree.runtime", "aot.runtime", "ml_dtypes"}
 
 
 def _module(path: Path) -> str:

@@ -49,7 +49,9 @@ def python_stub(manifest: Manifest) -> tuple[str, str]:
         runtime_sha256=runtime_sha256(),
         class_name=Encoded(names.py_class_name(model)), example_call=_example_call(inputs, outputs),
         n_regions=len(manifest.regions), devices=", ".join(sorted(manifest.drivers)),
-        inputs=inputs, outputs=outputs)
+        inputs=inputs, outputs=outputs,
+        # ml_dtypes gives numpy the int4, float4, ... types the runtime converts at the boundary
+        needs_ml_dtypes=any(s.carrier for s in (*manifest.inputs, *manifest.outputs)))
     ast.parse(source)  # a generated file that does not parse is our bug: fail the build, not the user
     return f"{module}.py", source
 

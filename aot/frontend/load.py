@@ -184,7 +184,7 @@ def _legalize(model: onnx.ModelProto, path: Path) -> tuple[onnx.ModelProto, tupl
     if refused:
         node, why = refused[0]
         also = f" (and {len(refused) - 1} more such node(s))" if len(refused) > 1 else ""
-        raise ModelError(f"{str(path)!r}: node {node.name!r} ({node.op_type}): no target can compile it: "
+        raise ModelError(f"{str(path)!r}: node {node.name!r} ({node.op_type}): no target can compile it correctly: "
                          f"{why}{also}", hint=f"replace {node.op_type} before export, or run that part outside the model")
     if not result.modified:
         return model, ()

@@ -1,8 +1,7 @@
-"""Progress of long runs (fuzzing, tuning): a bar on a terminal, plain lines in logs (CI)."""
+"""Progress of long runs (fuzzing): a bar on a terminal, plain lines in logs (CI)."""
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -40,39 +39,3 @@ class Progress:
         elif important or self.done % self.every == 0 or self.done == self.total:
             print(f"{self.label} {self.done}/{self.total} {note}", file=self.stream, flush=True)
 
-
-class StepLines:
-    """The build's progress printer. Lines of counted steps (``tune     [3/33, ETA 1m20s] ...``,
-    aot/tune/progress.py) drive a rich bar with its own ETA on a terminal; anywhere else, and for
-    every other line, the line is printed as it is (CI logs keep each step)."""
-
-    _STEP = re.compile(r"^(\S+)\s+\[(\d+)/(\d+), ETA [^\]]*\] (.*)$")
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stderr
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __call__(self, line: str) -> None:
-        step = self._STEP.match(line) if self.stream.isatty() else None
-        if step is None:
-            self.close()
-            print(line, file=self.stream, flush=True)
-            return
-        label, done, total, what = step[1], int(step[2]), int(step[3]), step[4]
-        if self._bar is None:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
-
-            self._bar = Bar(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.description}"), console=Console(file=self.stream))
-            self._task = self._bar.add_task("", total=total)
-            self._bar.start()
-        self._bar.update(self._task, completed=done, total=total, description=what[:70])
-        if done >= total:
-            self.close()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None

@@ -14,9 +14,9 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from aot.frontend.legalize import legalize
-from aot.frontend.legalize.narrow_cast import _FLOAT8_MAX
+from aot.frontend.legalize.narrow_cast import FLOAT8_MAX
 
-_FLOAT8 = sorted(_FLOAT8_MAX)
+_FLOAT8 = sorted(FLOAT8_MAX)
 _NP = {T.FLOAT: np.dtype(np.float32), T.FLOAT16: np.dtype(np.float16), T.DOUBLE: np.dtype(np.float64),
        T.BFLOAT16: np.dtype(ml_dtypes.bfloat16), **{t: np.dtype(helper.tensor_dtype_to_np_dtype(t)) for t in _FLOAT8}}
 
@@ -46,7 +46,7 @@ def float32_probes(float8: int) -> np.ndarray:
     grid = grid[np.isfinite(grid)]
     mid = (grid[:-1] + grid[1:]) / 2   # exact in float32: float8 has far fewer bits
     near = np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf))])
-    top = np.float32(_FLOAT8_MAX[float8])
+    top = np.float32(FLOAT8_MAX[float8])
     edge = np.array([top, top * 1.01, top * 1.1, top * 2, 1e6, 3e38, np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-7, -1e-7,
                      1e-30, -1e-30], np.float32)
     rng = np.random.default_rng(float8)

@@ -104,6 +104,7 @@ def int4_bundle(tmp_path_factory):
 def test_an_int4_bundle_takes_and_returns_int4(int4_bundle):
     sig_in, sig_out = int4_bundle.manifest.inputs[0], int4_bundle.manifest.outputs[0]
     assert (sig_in.dtype, sig_in.carrier, sig_out.dtype, sig_out.carrier) == ("int4", "int8", "int4", "int8")
+    assert "ml_dtypes (for its narrow-typed tensors)" in int4_bundle.stub.read_text()   # what a deployment needs
     x = np.array([-8, -3, -1, 0, 1, 2, 7], ml_dtypes.int4)
     with runtime.load(int4_bundle.path) as session:
         y, z = session.run({"x": x})

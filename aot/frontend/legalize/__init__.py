@@ -16,8 +16,9 @@ import onnx
 
 from aot.frontend.expand import Expanded
 from aot.frontend.legalize import (affine_grid, bit_shift, col2im, compress, cumulative, deform_conv, dft, exact_mod,
-                                   grid_sample, lp_pool, matmul_vector, narrow_cast, no_op, pad_wrap, pool_edges,
-                                   qlinear_matmul, resize, rnn_direction, scatter_minmax, space_to_depth)
+                                   grid_sample, lp_normalization, lp_pool, matmul_vector, narrow_cast, no_op,
+                                   pad_wrap, pool_edges, qlinear_matmul, quantize_float8, resize, rnn_direction,
+                                   scatter_minmax, small_det, space_to_depth)
 from aot.frontend.legalize.base import Context, Legalization
 from aot.frontend.passes import PassResult, rewrite_result
 
@@ -38,9 +39,12 @@ LEGALIZATIONS: tuple[Legalization, ...] = (
     *qlinear_matmul.LEGALIZATIONS,
     *col2im.LEGALIZATIONS,
     *deform_conv.LEGALIZATIONS,
+    *lp_normalization.LEGALIZATIONS,
+    *small_det.LEGALIZATIONS,
     *rnn_direction.LEGALIZATIONS,
     *scatter_minmax.LEGALIZATIONS,
     *narrow_cast.LEGALIZATIONS,
+    *quantize_float8.LEGALIZATIONS,
     *exact_mod.LEGALIZATIONS,
 )
 

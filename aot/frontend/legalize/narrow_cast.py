@@ -39,10 +39,10 @@ from onnx import helper
 from aot.frontend.legalize.base import Context, Emitter, Legalization, Replacement, attrs
 
 # float8 type -> its largest finite value (the saturation bound)
-_FLOAT8_MAX: dict[int, float] = {T.FLOAT8E4M3FN: 448.0, T.FLOAT8E4M3FNUZ: 240.0,
+FLOAT8_MAX: dict[int, float] = {T.FLOAT8E4M3FN: 448.0, T.FLOAT8E4M3FNUZ: 240.0,
                                  T.FLOAT8E5M2: 57344.0, T.FLOAT8E5M2FNUZ: 57344.0}
 # sources whose widening to float32 is exact
-_TO_FLOAT32_EXACTLY: frozenset[int] = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, *_FLOAT8_MAX})
+_TO_FLOAT32_EXACTLY: frozenset[int] = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, *FLOAT8_MAX})
 # destinations that hold every float8 value exactly (float32 itself needs nothing)
 _HOLD_FLOAT8: frozenset[int] = frozenset({T.FLOAT16, T.BFLOAT16, T.DOUBLE})
 
@@ -61,9 +61,9 @@ def _applies(node: onnx.NodeProto, ctx: Context) -> bool:
     if types is None:
         return False
     src, dst = types
-    if dst in _FLOAT8_MAX:
+    if dst in FLOAT8_MAX:
         return src in _TO_FLOAT32_EXACTLY
-    return src in _FLOAT8_MAX and (dst in _HOLD_FLOAT8 or (src == T.FLOAT8E4M3FN and dst == T.FLOAT))
+    return src in FLOAT8_MAX and (dst in _HOLD_FLOAT8 or (src == T.FLOAT8E4M3FN and dst == T.FLOAT))
 
 
 def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
@@ -74,19 +74,25 @@ def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
     wide = _widen(e, node.input[0], src, out=node.output[0] if dst == T.FLOAT else None)
     if dst == T.FLOAT:
         return e.replacement()
-    if dst not in _FLOAT8_MAX:          # float8 -> float32 -> a type that holds it exactly
+    if dst not in FLOAT8_MAX:          # float8 -> float32 -> a type that holds it exactly
         e.op("Cast", [wide], out=node.output[0], to=dst)
         return e.replacement()
-    if int(attrs(node).get("saturate", 1)):
-        bound = _FLOAT8_MAX[dst]
+    to_float8(e, wide, dst, bool(int(attrs(node).get("saturate", 1))), node.output[0])
+    return e.replacement()
+
+
+def to_float8(e: Emitter, wide: str, dst: int, saturate: bool, out: str) -> None:
+    """The float32 value ``wide`` converted to the float8 type ``dst`` as the standard rounds and
+    saturates, into ``out`` (also what a QuantizeLinear to float8 ends with: quantize_float8.py)."""
+    if saturate:
+        bound = FLOAT8_MAX[dst]
         lowest, highest = e.const(np.float32(-bound), hint="lowest"), e.const(np.float32(bound), hint="max")
         clipped = e.op("Clip", [wide, lowest, highest])
         # IREE's Clip turns NaN into the lower bound (measured: -448); NaN must stay NaN
         wide = e.op("Where", [e.op("IsNaN", [wide]), wide, clipped])
     wide = _round_up_to_the_smallest_normal(e, wide, dst)
     like = e.const(np.zeros((), helper.tensor_dtype_to_np_dtype(dst)), hint="like")   # only its type is read
-    e.op("CastLike", [wide, like], out=node.output[0], saturate=0)
-    return e.replacement()
+    e.op("CastLike", [wide, like], out=out, saturate=0)
 
 
 def _widen(e: Emitter, x: str, src: int, out: str | None) -> str:
@@ -98,7 +104,7 @@ def _widen(e: Emitter, x: str, src: int, out: str | None) -> str:
     if src != T.FLOAT8E4M3FN:
         return e.op("Cast", [x], out=out, to=T.FLOAT)
     wide = e.op("Cast", [x], to=T.FLOAT)
-    beyond = e.op("Greater", [e.op("Abs", [wide]), e.const(np.float32(_FLOAT8_MAX[src]), hint="max")])
+    beyond = e.op("Greater", [e.op("Abs", [wide]), e.const(np.float32(FLOAT8_MAX[src]), hint="max")])
     return e.op("Where", [beyond, e.const(np.float32(np.nan), hint="nan"), wide], out=out)
 
 

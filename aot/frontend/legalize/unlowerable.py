@@ -33,10 +33,21 @@ UNLOWERABLE: Mapping[str, str] = {
 }
 
 
-# Variants of ops that otherwise compile: (op, condition, limitation). None at present: float64 Mod
-# with fmod=0, refused here before (IREE links it against libm's fmod, which its float64 runtime
-# lacks), is now an exact long division (legalize/exact_mod.py).
-REFUSED_VARIANTS: tuple[tuple[str, Callable[[onnx.NodeProto, Context], bool], str], ...] = ()
+def _peepholes(node: onnx.NodeProto, ctx: Context) -> bool:
+    """An LSTM with peephole weights that are not known to be all zero."""
+    if len(node.input) < 8 or not node.input[7]:
+        return False
+    weights = ctx.const(node.input[7])
+    return weights is None or bool(weights.any())
+
+
+# Variants of ops that otherwise compile but compute wrong in every variant IREE 3.13 lowers:
+# (op, condition, limitation). Float64 Mod with fmod=0, refused here before (IREE links it against
+# libm's fmod, which its float64 runtime lacks), is now an exact long division (legalize/exact_mod.py).
+REFUSED_VARIANTS: tuple[tuple[str, Callable[[onnx.NodeProto, Context], bool], str], ...] = (
+    ("LSTM", _peepholes, "its peephole weights P: IREE 3.13's LSTM leaves them out and computes another result "
+                         "(node test lstm_with_peepholes, off by up to 0.0055)"),
+)
 
 
 def unlowerable_nodes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from aot.tools.progress import StepLines
+from aot.tune.progress import StepLines
 
 STEPS = ["tune     [1/3, ETA 4s] r0 compiled O2 in 2.0s", "tune     [2/3, ETA 2s] r0 checked O2: ok",
          "tune     [3/3, ETA 0s] r0 timed: O2 1 ms"]
