@@ -105,12 +105,13 @@ def piece_bytes(node: onnx.NodeProto, cut: Cut, units: int, tensors: Tensors) ->
     """The working set of a piece that takes ``units`` of ``cut``."""
     total = 0
     seen: set[str] = set()
-    for name, follow in itertools.zip_longest(node.input, cut.inputs):
+    for i, (name, follow) in enumerate(itertools.zip_longest(node.input, cut.inputs)):
         if not name or name in seen:
             continue
         seen.add(name)
         full = tensors.nbytes(name)
-        part = full if follow is None else full // tensors.shapes[name][follow.axis] * units * follow.step
+        along = cut.halo.read(units) if cut.halo is not None and i == 0 else units * (follow.step if follow else 1)
+        part = full if follow is None else full // tensors.shapes[name][follow.axis] * along
         total += part + (_padding(node, part, tensors) if name == node.input[0] else 0)
     out = next(o for o in node.output if o)
     return total + tensors.nbytes(out) // tensors.shapes[out][cut.axis] * units * cut.out_step
@@ -209,12 +210,14 @@ def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Name
     ranges = []
     start = 0
     for j, units in enumerate(split.pieces):
+        # a convolution's rows: the input rows they read (with the halo), the piece's own padding
+        rows = cut.halo.rows(start, start + units) if cut.halo is not None else None
         inputs = []
         for i, (name, follow) in enumerate(itertools.zip_longest(node.input, cut.inputs)):
             if not name or follow is None:
                 inputs.append(name)
                 continue
-            lo, hi = start * follow.step, (start + units) * follow.step
+            lo, hi = (rows[0], rows[1]) if rows is not None and i == 0 else (start * follow.step, (start + units) * follow.step)
             direct = joined[name].piece(follow.axis, lo, hi) if name in joined else None
             if direct is not None:
                 inputs.append(direct)
@@ -241,6 +244,8 @@ def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Name
             for a in piece.attribute:
                 if a.name == "group":
                     a.i = units
+        if rows is not None:
+            _set_row_pads(piece, (rows[2], rows[3]))
         added.append(piece)
         ranges.append((start * cut.out_step, (start + units) * cut.out_step, piece_outputs[-1]))
         start += units
@@ -248,6 +253,15 @@ def _rewrite(node: onnx.NodeProto, split: Split, tensors: Tensors, names: "_Name
     added.append(helper.make_node("Concat", piece_outputs, [output], name=names.node(f"{node.name}.concat"),
                                   axis=cut.axis))
     return added
+
+
+def _set_row_pads(conv: onnx.NodeProto, rows: tuple[int, int]) -> None:
+    """A row piece's own top and bottom padding (ONNX pads: begins, then ends, rows first)."""
+    pads = next((list(a.ints) for a in conv.attribute if a.name == "pads"), [0, 0, 0, 0])
+    pads[0], pads[2] = rows
+    kept = [a for a in conv.attribute if a.name != "pads"]
+    del conv.attribute[:]
+    conv.attribute.extend([*kept, helper.make_attribute("pads", pads)])
 
 
 class _Names:

@@ -31,6 +31,32 @@ class SplitAxis(TextEnum):
     CHANNEL = "channel"    # output channels (a Conv's, Gemm's or MatMul's weights are sliced with them)
     GROUP = "group"        # whole groups of a grouped or depthwise convolution (input, weights, group)
     OTHER = "other"        # another axis of an elementwise op (broadcast inputs stay whole)
+    ROWS = "rows"          # output rows of a 2-D convolution: each piece reads its input rows and a halo
+
+
+@dataclass(frozen=True, slots=True)
+class Halo:
+    """How a convolution's input rows follow a cut of its output rows: output row o reads input rows
+    ``o * stride - pad_begin`` to ``... + (kernel - 1) * dilation``, so neighbouring pieces share the
+    rows between (the halo) and a piece at the border keeps that border's padding."""
+
+    stride: int
+    dilation: int
+    kernel: int
+    pad_begin: int
+    size: int               # input rows
+
+    def rows(self, lo: int, hi: int) -> tuple[int, int, int, int]:
+        """Output rows [lo, hi): the input rows [first, end) they read, and the zero rows to pad
+        before and after (where the window reaches past the image)."""
+        start = lo * self.stride - self.pad_begin
+        stop = (hi - 1) * self.stride - self.pad_begin + (self.kernel - 1) * self.dilation + 1
+        first, end = max(0, start), min(self.size, stop)
+        return first, end, first - start, stop - end
+
+    def read(self, units: int) -> int:
+        """The most input rows ``units`` output rows read."""
+        return min(self.size, (units - 1) * self.stride + (self.kernel - 1) * self.dilation + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +78,7 @@ class Cut:
     out_step: int                          # output elements along ``axis`` per unit
     inputs: tuple[Follow | None, ...]      # one per node input (None also for an absent optional)
     group_attr: bool = False               # each piece's ``group`` is its unit count
+    halo: Halo | None = None               # ROWS: input 0's rows follow with this halo, pads per piece
 
 
 ELEMENTWISE = frozenset({
@@ -97,6 +124,7 @@ def cuts(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.ndarray])
         found = _reduce(node, out, ins, attrs, consts)
     elif op in ("Conv", "ConvTranspose"):
         found = _conv(op, out, ins, int(attrs.get("group", 1)))
+        found += _conv_rows(op, out, ins, attrs)
     elif op == "Gemm":
         found = _gemm(out, ins, bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0)))
     elif op == "MatMul":
@@ -190,6 +218,24 @@ def _conv(op: str, out: Sequence[int], ins: Sequence[tuple[int, ...] | None], gr
                          (Follow(1, per_in), Follow(0, w_step), *((Follow(0, per_out),) if bias else ())),
                          group_attr=True))
     return found
+
+
+def _conv_rows(op: str, out: Sequence[int], ins: Sequence[tuple[int, ...] | None],
+               attrs: Mapping[str, object]) -> list[Cut]:
+    """A 2-D Conv's output rows, the last resort: where one image's input (batch 1) is over the limit
+    whatever the output channels, each piece reads only its rows and the halo its kernel reaches
+    (spatial tiling, as MCUNetV2's patch-based inference and Tenstorrent's conv slicing do). Only
+    explicit padding (``auto_pad`` NOTSET): each piece gets its own top and bottom padding."""
+    x, w = ins[0], ins[1]
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    if op != "Conv" or x is None or w is None or len(x) != 4 or auto_pad not in (b"NOTSET", "NOTSET", b""):
+        return []
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))                # type: ignore[call-overload]
+    stride = int(list(attrs.get("strides", [1, 1]))[0])          # type: ignore[call-overload]
+    dilation = int(list(attrs.get("dilations", [1, 1]))[0])      # type: ignore[call-overload]
+    halo = Halo(stride, dilation, int(w[2]), int(pads[0]), int(x[2]))
+    follows = (Follow(2), None, *((None,) if len(ins) > 2 and ins[2] is not None else ()))
+    return [Cut(SplitAxis.ROWS, 2, out[2], 1, follows, halo=halo)]
 
 
 def _gemm(out: Sequence[int], ins: Sequence[tuple[int, ...] | None], trans_a: bool, trans_b: bool) -> list[Cut]:

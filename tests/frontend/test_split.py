@@ -122,7 +122,9 @@ def test_conv_splits_by_output_channels_with_its_weights_and_bias():
     model = _model("Conv", {"x": [1, 4, 8, 8]}, [1, 6, 8, 8], weights=[("w", [6, 4, 3, 3]), ("b", [6])],
                    pads=[1, 1, 1, 1])
     found = cuts(model.graph.node[0], Tensors.of(model).shapes, {})[0]
-    assert all(c.inputs[0] is None for c in found)      # input channels are reduced over: never cut
+    # input channels are reduced over: never cut (the last resort, rows, follows the input's rows)
+    assert [c.kind for c in found] == [SplitAxis.CHANNEL, SplitAxis.ROWS]    # a batch of 1 is no cut
+    assert all(c.inputs[0] is None or c.inputs[0].axis == 2 for c in found)
     # x 1024 (1600 padded to 10x10, as IREE pads it) + w 864 + b 24 + y 1536 bytes; 3 channels: 2812
     split = _split(model, 2900)
     assert working_set(model.graph.node[0], Tensors.of(model)) == 1600 + 864 + 24 + 1536
@@ -240,3 +242,35 @@ def test_gemm_rows_take_their_rows_of_c():
     split = _split(model, 250)
     assert isinstance(split, Split) and split.kind is SplitAxis.BATCH
     _rewritten_matches(model, split, exact=False)
+
+
+@pytest.mark.parametrize("size, kernel, attrs", [
+    ((40, 12), 3, dict(pads=[1, 1, 1, 1])),
+    ((41, 12), 3, dict(pads=[1, 0, 2, 1], strides=[2, 1])),          # asymmetric padding, a row stride
+    ((40, 12), 3, dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    ((40, 12), 5, dict(pads=[0, 0, 0, 0], strides=[3, 3])),           # no padding: every piece inside
+])
+def test_a_conv_whose_input_no_channel_split_shrinks_splits_by_rows_with_a_halo(size, kernel, attrs):
+    """Batch 1 and an input over the limit: every channel piece reads the whole input, so only the
+    rows help. Each piece reads its rows plus the halo, pads only at the image's border, and the
+    rows concatenate to the original output."""
+    h, w = size
+    sh = attrs.get("strides", [1, 1])[0]
+    dh = attrs.get("dilations", [1, 1])[0]
+    pads = attrs["pads"]
+    out_h = (h + pads[0] + pads[2] - dh * (kernel - 1) - 1) // sh + 1
+    out_w = (w + pads[1] + pads[3] - attrs.get("dilations", [1, 1])[1] * (kernel - 1) - 1) // attrs.get("strides", [1, 1])[1] + 1
+    model = _model("Conv", {"x": [1, 8, h, w]}, [1, 4, out_h, out_w], weights=[("w", [4, 8, kernel, kernel])], **attrs)
+    x_bytes = 8 * h * w * 4
+    split = _split(model, x_bytes)          # below the input alone: no channel piece can fit
+    assert isinstance(split, Split) and (split.kind, split.axis) == (SplitAxis.ROWS, 2), split
+    assert split.bytes_after <= x_bytes < split.bytes_before and sum(split.pieces) == out_h
+    rewritten = _rewritten_matches(model, split, exact=True)
+    pads_of = [next(list(a.ints) for a in n.attribute if a.name == "pads") for n in rewritten.graph.node if n.op_type == "Conv"]
+    assert pads_of[0][0] == pads[0] and pads_of[-1][2] <= pads[2]      # padding only where the image ends
+    assert all(p[1] == pads[1] and p[3] == pads[3] for p in pads_of)    # the columns keep theirs
+
+
+def test_auto_padding_is_no_row_cut():
+    model = _model("Conv", {"x": [1, 8, 20, 20]}, [1, 4, 20, 20], weights=[("w", [4, 8, 3, 3])], auto_pad="SAME_UPPER")
+    assert SplitAxis.ROWS not in {c.kind for c in cuts(model.graph.node[0], Tensors.of(model).shapes, {})[0]}

@@ -50,6 +50,39 @@ def test_split_build_fits_the_limit_and_matches_onnxruntime(example_model, vulka
     assert check.check_bundle(replayed.path, example_model).ok
 
 
+def _stem_model(path):
+    """x[1,3,256,256] -> 3x3 Conv to 8 channels -> Relu -> 1x1 Conv to 4: the 1x1 convolution's
+    input alone (8 x 256 x 256 floats, 2 MiB) is over a 1.5 MiB limit whatever its output channels."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="stem", pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="pw", kernel_shape=[1, 1])]
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
+             for n, s in (("w", (8, 3, 3, 3)), ("b", (8,)), ("w2", (4, 8, 1, 1)))]
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 256, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 256, 256])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_conv_whose_input_alone_is_over_the_limit_splits_by_rows_and_fits(tmp_path):
+    limit = 1536 * 1024
+    model = _stem_model(tmp_path / "rows.onnx")
+    options = BuildOptions(accel=Target.parse("vulkan"), memory_limits=(("vulkan", limit),))
+    built = api.build(model, tmp_path / "split", options).bundle
+    memory = record.read(built.path).partition.memory
+    assert memory is not None and not memory.hosted
+    kinds = {s.node: s.kind.value for s in memory.splits}
+    assert kinds["pw"] == "rows" and all(s.bytes_after <= limit for s in memory.splits)
+    assert all(d.bytes <= limit for d in _dispatches(built.path, tmp_path / "split"))
+    result = check.check_bundle(built.path, model)
+    assert result.ok, result
+
+
 ONET_LIMIT = 768 * 1024   # ONet's dense_3 MatMul needs 1,187,328 B on Vulkan; nothing else over 600 KiB
 
 
