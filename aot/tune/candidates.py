@@ -61,6 +61,9 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int) -> list[FlagSet]:
         found += [
             FlagSet("direct-conv", ()),
             FlagSet("channels-last", (O2, *CHANNELS_LAST)),
+            # PicoDet's 1x1 convolutions become 4-D contractions channels-last; data tiling packs
+            # them (iree-benchmark-module: 91 -> 79 ms for the whole detector).
+            FlagSet("channels-last+data-tiling", (O2, *CHANNELS_LAST, DATA_TILING)),
             FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)),
         ]
     if quant:

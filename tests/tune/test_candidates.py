@@ -31,8 +31,8 @@ def test_convolution_sets_only_for_regions_with_convolutions():
     host = Target.host()
     with_conv = {s.name for s in candidates(host, CONV)}
     without = {s.name for s in candidates(host, MATMUL)}
-    assert {"direct-conv", "channels-last", "data-tiled-conv"} <= with_conv
-    assert not {"direct-conv", "channels-last", "data-tiled-conv"} & without
+    assert {"direct-conv", "channels-last", "channels-last+data-tiling", "data-tiled-conv"} <= with_conv
+    assert not {"direct-conv", "channels-last", "channels-last+data-tiling", "data-tiled-conv"} & without
     # im2col rides along with the other sets only where there is a convolution to rewrite
     assert all(IM2COL not in s.flags for s in candidates(host, MATMUL)[1:])
 
