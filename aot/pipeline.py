@@ -23,7 +23,7 @@ from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
 from aot.lower.compile import CompileJob, compile_all
-from aot.lower.depthwise import lower_host_regions
+from aot.lower.depthwise import CHANNELS_LAST_REASON, lower_host_regions
 from aot.lower.executor import Executor, executor_for
 from aot.lower.footprint import device_memory
 from aot.lower.importer import ImportedModule, import_source
@@ -37,8 +37,8 @@ from aot.partition.partitioner import PartitionOptions, Partitioned, partition, 
 from aot.partition.segments import segments
 from aot.partition.splitting import SplitOutcome
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, SegmentRecord, Tuning,
-                        UnsupportedOp, Verification)
+from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, Rewrite, SegmentRecord,
+                        Tuning, UnsupportedOp, Verification)
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
 from aot.tune.runtime import choose_host_runtime
@@ -294,7 +294,8 @@ class _Compiler:
                                                self.planned.view, self.planned.cost) for c in compiled}
         record = dataclasses.replace(self.planned.record, gate=plan.gate)
         described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
-                             estimates, self.weights, codec.encode(self.options), depthwise)
+                             estimates, self.weights, codec.encode(self.options),
+                             (Rewrite("Conv", depthwise, CHANNELS_LAST_REASON),) if depthwise else ())
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path, link_modules=self.ws.shared_cache is None)
         return Staged(path, described.manifest, described.record, plan,

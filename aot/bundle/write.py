@@ -64,10 +64,10 @@ class Described:
 def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, partition: PartitionRecord,
              outlined: tuple[OutlinedRegion, ...], compiled: tuple[CompiledRegion, ...],
              estimates: Mapping[str, RegionEstimate], weights: Weights, options: Any,
-             channels_last_depthwise: int = 0) -> Described:
+             lowered: tuple[Rewrite, ...] = ()) -> Described:
     """The deploy contract and the build record of a compiled plan (pure: everything they state
-    is handed in). ``options``: the resolved build options as JSON; ``channels_last_depthwise``:
-    the depthwise convolutions of host regions lowered channels-last (``lower/depthwise.py``)."""
+    is handed in). ``options``: the resolved build options as JSON; ``lowered``: the rewrites made
+    to the outlined regions' IR (``lower/depthwise.py``), after the front end's."""
     by_name = {c.region: c for c in compiled}
     regions, records = [], []
     boundary: dict[str, BoundaryTensor] = {}
@@ -87,9 +87,7 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
         host_reasons=plan.reasons,
         graph=tuple(GraphNode(n.name, n.op_type, n.inputs, n.outputs) for n in view.nodes),
         regions=tuple(records), machine=Machine.this(),
-        rewrites=tuple(Rewrite(e.op_type, e.count, e.reason) for e in source.expanded)
-        + ((Rewrite("Conv", channels_last_depthwise, "depthwise: lowered channels-last for llvm-cpu"),)
-           if channels_last_depthwise else ()))
+        rewrites=(*(Rewrite(e.op_type, e.count, e.reason) for e in source.expanded), *lowered))
     manifest = Manifest(
         model=ModelInfo(name=source.name, sha256=source.sha256, source=str(source.path), frontend=source.frontend),
         inputs=tuple(map(_sig, source.inputs)),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aot.lower.outline import OutlinedRegion
 
+CHANNELS_LAST_REASON = "depthwise: lowered channels-last for llvm-cpu"   # the build record's word for it
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([0-9,]+)\],(f32|f16|bf16)>")
 _INT = re.compile(r"-?\d+(?= : si64)")
 

@@ -230,7 +230,13 @@ def run_probe(request: dict, on_event: Callable[[dict], None] = lambda e: None) 
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "aot.tune.probe"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err, text=True)
-        timer = threading.Timer(PROBE_TIMEOUT_S, proc.kill)
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(PROBE_TIMEOUT_S, kill)
         timer.start()
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -243,9 +249,8 @@ def run_probe(request: dict, on_event: Callable[[dict], None] = lambda e: None) 
                     on_event(e)
             proc.wait()
         finally:
-            timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
             timer.cancel()
-        if timed_out:
+        if killed.is_set():
             return events, f"timed out after {PROBE_TIMEOUT_S}s"
         err.seek(0)
         if proc.returncode != 0 or not any(e["event"] == "timed" for e in events):
