@@ -67,6 +67,12 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lc.add_argument("--iterations", type=args_.count, default=20, help="timed runs per plan (median)")
     lc.add_argument("--max-plans", type=args_.count, default=None,
                     help="measure at most this many new plans per model (a later run measures the rest)")
+    lc.add_argument("--repeats", type=args_.count, default=1,
+                    help="measure each plan until the database holds this many rows of it (its time is their "
+                         "median)")
+    lc.add_argument("--host-decisions", action="store_true",
+                    help="also the host's region cuts x flag sets x local-task/local-sync (cheap to time: "
+                         "most rows of a CPU-only database)")
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     args_.add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
@@ -185,7 +191,8 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
     for model in args.models:
         done = collect.collect(model, Path(args.db), work, options, args.perturbations,
                                args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr),
-                               max_plans=args.max_plans)
+                               max_plans=args.max_plans, host_decisions=args.host_decisions,
+                               repeats=args.repeats)
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
     print(args.db)

@@ -27,6 +27,7 @@ from aot.checks import reference, timing
 from aot.checks.session import CheckSession
 from aot.errors import AotError, PartitionError
 from aot.learn import db as costdb
+from aot.learn.host_plans import host_plans
 from aot.learn.key import PlanKey, device_fingerprint, plan_key, region_digest
 from aot.options import BuildOptions
 from aot.partition import policies
@@ -52,14 +53,19 @@ class Collected:
     model: str
     candidates: int      # distinct plans generated
     measured: int        # rows added this run
-    skipped: int         # already in the database
+    skipped: int         # already in the database (``repeats`` times)
     failed: tuple[tuple[str, str], ...]   # (origin, why) of plans that did not build or run
 
 
-def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed: int) -> Iterator[Candidate]:
-    """Every candidate plan of a model, in a fixed order (seeded)."""
+def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed: int,
+               host_decisions: bool = False) -> Iterator[Candidate]:
+    """Every candidate plan of a model, in a fixed order (seeded); with ``host_decisions``, the
+    host's cuts x flag sets x runtimes too (``host_plans.py``)."""
     view = planned.view
     yield Candidate("all-host", single_region_plan(view, HOST))
+    if host_decisions:
+        for hp in host_plans(planned, options.host, seed):
+            yield Candidate(hp.origin, hp.plan)
     if options.accel is None:
         return
     for policy in policies.names():
@@ -96,9 +102,12 @@ def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed
 
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
             perturbations: int = 8, seed: int = 0, iterations: int = 20,
-            progress: Progress = lambda s: None, max_plans: int | None = None) -> Collected:
+            progress: Progress = lambda s: None, max_plans: int | None = None,
+            host_decisions: bool = False, repeats: int = 1) -> Collected:
     """Measure every new candidate plan of ``model`` into ``database`` (the first ``max_plans``
-    new ones, in candidate order, where given: a later collection measures the rest)."""
+    new ones, in candidate order, where given: a later collection measures the rest). With
+    ``repeats`` > 1, a plan measured fewer times is measured again (another row: the database's
+    median over rows is the plan's time, so a timing disturbed once weighs less)."""
     from aot import api, runtime
 
     path, options = api.resolve(model, options)
@@ -109,14 +118,14 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
     failed: list[tuple[str, str]] = []
     seen: set[str] = set()
     with costdb.CostDatabase(database) as db:
-        known = db.keys()
+        known = db.key_counts()
         todo: list[tuple[Candidate, PlanKey]] = []
-        for cand in candidates(planned, options, perturbations, seed):
+        for cand in candidates(planned, options, perturbations, seed, host_decisions):
             key = _key(planned, cand.plan, fingerprint)
             if key.key in seen:
                 continue
             seen.add(key.key)
-            if key.key in known:
+            if known.get(key.key, 0) >= repeats:
                 skipped += 1
             else:
                 todo.append((cand, key))
@@ -166,7 +175,8 @@ def region_times(planned: Planned, plan: Plan, per_region: dict[str, float],
 
 def _key(planned: Planned, plan: Plan, fingerprint: str) -> PlanKey:
     regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
-    return plan_key(planned.view, regions, plan.schedule, plan.pinned_flags, fingerprint=fingerprint)
+    return plan_key(planned.view, regions, plan.schedule, plan.pinned_flags,
+                    host_runtime=plan.host_runtime.label if plan.host_runtime else "", fingerprint=fingerprint)
 
 
 def _digest(plan: Plan) -> str:

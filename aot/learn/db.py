@@ -162,6 +162,10 @@ class CostDatabase:
         """Every key measured: a resumed collection skips these."""
         return frozenset(r[0] for r in self._db.execute("SELECT DISTINCT key FROM measurements"))
 
+    def key_counts(self) -> dict[str, int]:
+        """Rows per key: a collection asked for ``repeats`` measurements tops each key up to that."""
+        return dict(self._db.execute("SELECT key, COUNT(*) FROM measurements GROUP BY key").fetchall())
+
     def region_lookup(self, nodes_digest: str, device: str, fingerprint: str) -> Hit | None:
         """The median time of a region (by digest) on ``device`` over every row of ``fingerprint``."""
         rows = self._db.execute(

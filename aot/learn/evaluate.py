@@ -6,7 +6,8 @@ regret (measured time of the predicted-best plan over the measured best, minus o
 learned model and three baselines on the same plans: the roofline's terms (FLOPs and bytes per
 device, regions per device, transfers and bytes crossing) fitted by non-negative least squares to
 the training plans; "rank by the accelerator's share of FLOPs" (more is predicted faster); and
-always-all-host. A tau where every prediction ties is 0 (no ranking information), never NaN.
+always-all-host (the untuned whole-model host build first, then other all-host plans: on host
+decisions, its regret is what a build without tuning loses). A tau where every prediction ties is 0 (no ranking information), never NaN.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from aot.learn.dataset import Dataset, GraphData
 from aot.learn.features import PLAN_SCALARS, accel_share
 from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
+from aot.partition.plan import Plan
 from aot.partition.support import ACCEL, HOST
 
 MIN_PLANS = 20     # the issue's floor for a held-out model's score to mean much
@@ -110,8 +112,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
             Predictor.LEARNED: model.plans_us(shapes),
             Predictor.ROOFLINE: _fitted_roofline(train)(shapes),
             Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),
-            Predictor.ALL_HOST: np.array([0.0 if all(r.device == HOST for r in p.plan.regions) else 1.0
-                                          for p in g.plans]),
+            Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan) for p in g.plans]),
         }
         scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured))) for k, v in predictions.items())
         held.append(HeldOut(g.model, len(g.plans), scores))
@@ -123,12 +124,25 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
                       sum(len(g.plans) for g in data.graphs), data.rows(), choose_mode(data, choice).value)
 
 
+_ROOFLINE_TERMS = ("host_flops", "host_bytes", "accel_flops", "accel_bytes", "regions", "accel_regions", "hops",
+                   "crossing_bytes")   # the log1p scalars of the plan vector the roofline reads
+
+
+def _untuned_host_rank(plan: Plan) -> float:
+    """The no-partition build first: everything on the host in one region with the default flags
+    and runtime (what a build without --tune makes); then any other all-host plan; then the rest."""
+    if any(r.device != HOST for r in plan.regions):
+        return 2.0
+    untuned = len(plan.regions) == 1 and plan.regions[0].flags is None and plan.host_runtime is None
+    return 0.0 if untuned else 1.0
+
+
 def _roofline_terms(shapes: Sequence) -> np.ndarray:
     """Per plan, in microsecond-scale units: the plan vector's terms back out of log1p."""
     at = {name: i for i, name in enumerate(PLAN_SCALARS)}
     rows = []
     for s in shapes:
-        raw = {k: float(np.expm1(s.plan[i])) for k, i in at.items() if k != "accel_flop_share"}
+        raw = {k: float(np.expm1(s.plan[at[k]])) for k in _ROOFLINE_TERMS}
         rows.append([1.0, raw["host_flops"], raw["host_bytes"], raw["accel_flops"], raw["accel_bytes"],
                      raw["regions"] - raw["accel_regions"], raw["accel_regions"], raw["hops"], raw["crossing_bytes"]])
     return np.array(rows)

@@ -22,16 +22,28 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from aot.frontend.graph import GraphView
+from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, DATA_TILING, IM2COL, O2, O3, default_opt_flags
+from aot.runtime.target import Target
 from aot.partition.cost import node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
-from aot.partition.support import ACCEL, HOST, SupportTable, label
+from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
 
-FEATURE_VERSION = 1     # bump when any vector below changes meaning: a model of another version is refused
+FEATURE_VERSION = 2     # bump when any vector below changes meaning: a model of another version is refused
 BUCKETS = 64
 WL_ITERATIONS = 2
-REGION_SCALARS = ("accel", "flops", "bytes", "nodes", "compute_nodes", "in_bytes", "out_bytes")
+# What a region's compile flags decide, one bit each (a prefix of the flag's spelling: the ukernel
+# and stack settings have several values). Regions without pinned flags got their target's defaults.
+FLAG_BITS = (("O2", O2), ("O3", O3), ("data_tiling", DATA_TILING), ("ukernels", "--iree-llvmcpu-enable-ukernels"),
+             ("im2col", IM2COL), ("channels_last", CHANNELS_LAST[0]), ("conv_data_tiling", CONV_DATA_TILING[0]),
+             ("threads", "--iree-llvmcpu-number-of-threads"), ("stack", "--iree-llvmcpu-stack-allocation-limit"))
+# 1 where the plan runs its host regions on IREE's local-sync driver (the caller's thread).
+RUNTIME_SCALARS = ("local_sync",)
+REGION_SCALARS = ("accel", "flops", "bytes", "nodes", "compute_nodes", "in_bytes", "out_bytes",
+                  *(f"flag_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS)
+# The flag bits of a plan are the host FLOP share compiled with each.
 PLAN_SCALARS = ("host_flops", "host_bytes", "host_nodes", "accel_flops", "accel_bytes", "accel_nodes",
-                "regions", "accel_regions", "hops", "crossing_bytes", "accel_flop_share")
+                "regions", "accel_regions", "hops", "crossing_bytes", "accel_flop_share",
+                *(f"host_share_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS)
 NODE_SCALARS = ("accel_ok", "compute", "flops", "bytes", "graph_flops", "flop_share", "fanin", "fanout")
 REGION_DIM = len(REGION_SCALARS) + BUCKETS
 PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS
@@ -126,6 +138,7 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             [1.0 if r.device == ACCEL else 0.0],
             np.log1p([codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx), codes.compute[idx].sum(),
                       in_bytes, out_bytes]),
+            flag_bits(r.flags, r.device), [local_sync(plan) if r.device == HOST else 0.0],
             np.log1p(codes.bins[idx].sum(axis=0))]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
@@ -154,8 +167,28 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], hops: int
         per += [codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx)]
     accel_regions = sum(r.device == ACCEL for r in plan.regions)
     share = float(codes.flops[on[ACCEL]].sum()) / total if total > 0 else len(on[ACCEL]) / max(len(codes.names), 1)
+    host_flops = codes.flops[on[HOST]].sum()
+    flag_share = np.zeros(len(FLAG_BITS))
+    for r in plan.regions:
+        if r.device == HOST:
+            # FLOP-weighted, plus one per region so a region of no FLOPs still counts a little.
+            flag_share += flag_bits(r.flags, r.device) * (codes.flops[[at[n] for n in r.nodes]].sum() + 1.0)
+    flag_share /= host_flops + sum(r.device == HOST for r in plan.regions) or 1.0
     return np.concatenate([np.log1p(per), np.log1p([len(plan.regions), accel_regions, hops, crossing]), [share],
+                           flag_share, [local_sync(plan)],
                            np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0))])
+
+
+def flag_bits(flags: tuple[str, ...] | None, device: Device) -> np.ndarray:
+    """One bit per ``FLAG_BITS`` entry: the region's flags hold it (None: the host's defaults on
+    the host, none on the accelerator, where the decisions above are llvm-cpu's)."""
+    if flags is None:
+        flags = default_opt_flags(Target.host()) if device == HOST else ()
+    return np.array([float(any(f.startswith(prefix) for f in flags)) for _, prefix in FLAG_BITS])
+
+
+def local_sync(plan: Plan) -> float:
+    return 1.0 if plan.host_runtime is not None and plan.host_runtime.driver == "local-sync" else 0.0
 
 
 def accel_share(shape: PlanShape) -> float:

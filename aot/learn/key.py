@@ -100,11 +100,20 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
     slot_of = {n: slot[name] for name, (_, nodes) in regions.items() for n in nodes}
     graph = graph_hash(view, device_of, slot_of)
     context = hashlib.sha256(json.dumps({
-        "flags": [list((flags or {}).get(name, ())) for name in schedule], "host_runtime": host_runtime,
+        "flags": [_flags(flags or {}, name) for name in schedule], "host_runtime": host_runtime,
         "fingerprint": fingerprint, "key_version": KEY_VERSION, "networkx": nx.__version__,
         "compiler": _version("iree-base-compiler"), "aot": _aot_version(),
     }, sort_keys=True).encode()).hexdigest()[:32]
     return PlanKey(graph, context, hashlib.sha256(f"{graph}/{context}".encode()).hexdigest()[:40])
+
+
+def _flags(pinned: Mapping[str, tuple[str, ...]], region: str) -> list[str]:
+    """An unpinned region (the target's defaults) is ``[]``, as keys have always had it; a region
+    pinned to no optimisation flags at all (the tuner's direct-conv set) compiles otherwise, so it
+    gets a marker of its own."""
+    if region not in pinned:
+        return []
+    return list(pinned[region]) or ["(no optimisation flags)"]
 
 
 def region_digest(view: GraphView, nodes: tuple[str, ...], device: str, flags: tuple[str, ...] = ()) -> str:

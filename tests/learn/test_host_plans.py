@@ -1,0 +1,139 @@
+"""The host's decisions as collected plans: region cuts x flag sets x local-task/local-sync."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from aot import api
+from aot.learn import collect, db as costdb, evaluate
+from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, encode, shape_of
+from aot.learn.host_plans import CUTS, FLAG_SETS, MIXED_PER_CUT, RUNTIMES, host_plans
+from aot.lower.flags import IM2COL
+from aot.options import BuildOptions
+from aot.partition.partitioner import plan_from_groups, single_region_plan
+from aot.partition.plan import GateMode, Plan, validate
+from aot.partition.support import ACCEL, HOST, Group
+from aot.pipeline import plan_model
+from aot.runtime import manifest as mf
+from aot.frontend.source import OpFamily, region_families
+from aot.tune.candidates import candidates
+
+HOST_ONLY = BuildOptions(accel=None)
+
+
+def _conv_chain(path, blocks: int = 5):
+    """Conv -> Relu, ``blocks`` times: every node a key node, so the tuner's cuts apply."""
+    rng = np.random.default_rng(0)
+    inits, nodes, x = [], [], "x"
+    for i in range(blocks):
+        inits.append(numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3, f"w{i}"))
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        x = f"r{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info(x, T.FLOAT, [1, 4, 8, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _planned(path, options=HOST_ONLY):
+    path, options = api.resolve(path, options)
+    return plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False), options
+
+
+def test_host_plans_cover_cuts_flag_sets_and_runtimes(tmp_path):
+    planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
+    plans = list(host_plans(planned, options.host, seed=0))
+    cuts = sorted({len(p.plan.regions) for p in plans})
+    assert cuts[0] == 1 and len(cuts) == len(CUTS)           # the whole model, and two different cuts
+    uniform = [p for p in plans if "mixed" not in p.origin]
+    whole = candidates(options.host, region_families(planned.source, planned.view, [n.name for n in planned.view.nodes]))
+    assert len(whole) > len(FLAG_SETS)      # a convolution region is offered more: the whole model tries them all
+    assert len(uniform) == (len(whole) + (len(CUTS) - 1) * len(FLAG_SETS)) * len(RUNTIMES)
+    assert len(plans) - len(uniform) == (len(CUTS) - 1) * MIXED_PER_CUT
+    assert {p.plan.host_runtime.driver if p.plan.host_runtime else "local-task" for p in plans} == \
+        {"local-task", "local-sync"}
+    for p in plans:
+        validate(p.plan, planned.view)
+        assert sorted(n for r in p.plan.regions for n in r.nodes) == sorted(n.name for n in planned.view.nodes)
+        for r in p.plan.regions:   # every region pinned to one of the tuner's own sets for its content
+            offered = candidates(options.host, region_families(planned.source, planned.view, r.nodes))
+            assert r.flags in {s.flags for s in offered if s.name in FLAG_SETS or len(p.plan.regions) == 1}
+    assert all(IM2COL in r.flags for p in plans for r in p.plan.regions if len(p.plan.regions) > 1)   # the base
+    assert [p.plan.to_json() for p in host_plans(planned, options.host, seed=0)] == [p.plan.to_json() for p in plans]
+    other = [p.plan.to_json() for p in host_plans(planned, options.host, seed=1)]
+    assert other[:len(uniform)] == [p.plan.to_json() for p in uniform] and other != [p.plan.to_json() for p in plans]
+
+
+def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
+    planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
+    plans = {p.origin: p.plan for p in host_plans(planned, options.host, seed=0)}
+    a = plans["regions=1 flags=default runtime=local-task"]
+    b = plans["regions=1 flags=data-tiling runtime=local-task"]
+    c = plans["regions=1 flags=data-tiling runtime=local-sync"]
+    fingerprint = "none host=test cores=2"
+    keys = {collect._key(planned, p, fingerprint).key for p in (a, b, c)}
+    assert len(keys) == 3 and collect._key(planned, a, fingerprint).graph == collect._key(planned, c, fingerprint).graph
+    # No optimisation flags at all (the direct-conv set) is not the target's defaults (unpinned).
+    direct = plans["regions=1 flags=direct-conv runtime=local-task"]
+    assert direct.regions[0].flags == ()
+    assert collect._key(planned, direct, fingerprint) != collect._key(planned, direct.unpinned(), fingerprint)
+    codes = encode(planned.view, None)
+    sa, sb, sc = (shape_of(p, planned.view, codes) for p in (a, b, c))
+    tiling = REGION_SCALARS.index("flag_data_tiling")
+    assert (sa.regions[0, tiling], sb.regions[0, tiling]) == (0.0, 1.0)
+    assert sa.regions[0, REGION_SCALARS.index("flag_im2col")] == 1.0
+    sync = REGION_SCALARS.index("local_sync")
+    assert (sb.regions[0, sync], sc.regions[0, sync]) == (0.0, 1.0)
+    assert sc.plan[PLAN_SCALARS.index("local_sync")] == 1.0
+    assert sb.plan[PLAN_SCALARS.index("host_share_data_tiling")] == 1.0
+    assert sa.plan[PLAN_SCALARS.index("host_share_data_tiling")] == 0.0
+    # An unpinned host region counts as the host's defaults.
+    unpinned = shape_of(a.unpinned(), planned.view, codes)
+    assert np.array_equal(unpinned.regions, sa.regions)
+    assert len(FLAG_BITS) == sum(n.startswith("flag_") for n in REGION_SCALARS)
+
+
+@pytest.mark.device   # compiles with IREE (llvm-cpu) and times on the host
+def test_collect_builds_and_times_the_host_decisions(tmp_path):
+    """Built through the normal stages and timed: each row's plan pins its flags and runtime."""
+    model, database = _conv_chain(tmp_path / "small.onnx", blocks=2), tmp_path / "host.sqlite"
+    done = collect.collect(model, database, tmp_path / "work", HOST_ONLY, perturbations=0, iterations=2,
+                           host_decisions=True, max_plans=5)
+    assert done.failed == ()
+    # 4 nodes: too few to cut, so all-host plus each set the tuner offers under each runtime; the
+    # first five: all-host, then two sets under both runtimes.
+    offered = len(candidates(HOST_ONLY.host, frozenset({OpFamily.CONVOLUTION})))
+    assert done.candidates == 1 + offered * len(RUNTIMES) and done.measured == 5
+    with costdb.CostDatabase(database) as db:
+        rows = db.rows()
+    plans = [Plan.from_json(json.loads(r.plan)) for r in rows]
+    assert all(r.total_us > 0 and np.isfinite(r.total_us) for r in rows)
+    assert all(r.fingerprint.startswith("none host=") for r in rows)
+    assert sum(p.host_runtime == mf.HostRuntime("local-sync", ()) for p in plans) == 2
+    assert len({p.regions[0].flags for p in plans}) == 3     # None (all-host), the default set, O2
+    again = collect.collect(model, database, tmp_path / "work", HOST_ONLY, perturbations=0, iterations=2,
+                            host_decisions=True, max_plans=2, repeats=2)
+    assert (again.measured, again.failed) == (2, ())     # the first two plans, measured a second time
+    with costdb.CostDatabase(database) as db:
+        counts = sorted(db.key_counts().values())
+    assert counts == [1, 1, 1, 2, 2]
+
+
+def test_the_untuned_build_is_the_all_host_baselines_first_choice(tmp_path):
+    planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
+    plans = [single_region_plan(planned.view, HOST), *(p.plan for p in host_plans(planned, options.host, seed=0))]
+    ranks = [evaluate._untuned_host_rank(p) for p in plans]
+    assert ranks[0] == 0.0 and all(r == 1.0 for r in ranks[1:])     # pinned flags or a cut: tuned
+    split = plan_from_groups(planned.view, [Group(ACCEL, ("conv0",)), Group(HOST, tuple(
+        n.name for n in planned.view.nodes[1:]))])
+    assert evaluate._untuned_host_rank(split) == 2.0
+    # Measured times where the untuned build is 30% behind the best: that is its regret.
+    assert evaluate.top1_regret(ranks[:3], [1.3, 1.0, 1.1]) == pytest.approx(0.3)
