@@ -28,7 +28,7 @@ from aot.checks.session import CheckSession
 from aot.errors import AotError, PartitionError
 from aot.learn import db as costdb
 from aot.learn.host_plans import host_plans
-from aot.learn.key import PlanKey, device_fingerprint, plan_key, region_digest
+from aot.learn.key import PlanKey, device_fingerprint, key_of, region_digest
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition import select as selection
@@ -121,7 +121,7 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
         known = db.key_counts()
         todo: list[tuple[Candidate, PlanKey]] = []
         for cand in candidates(planned, options, perturbations, seed, host_decisions):
-            key = _key(planned, cand.plan, fingerprint)
+            key = key_of(planned.view, cand.plan, fingerprint)
             if key.key in seen:
                 continue
             seen.add(key.key)
@@ -171,12 +171,6 @@ def region_times(planned: Planned, plan: Plan, per_region: dict[str, float],
         return costdb.RegionTime(name, r.device.value, digest, per_region[name])
 
     return tuple(one(name) for name in plan.schedule)
-
-
-def _key(planned: Planned, plan: Plan, fingerprint: str) -> PlanKey:
-    regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
-    return plan_key(planned.view, regions, plan.schedule, plan.pinned_flags,
-                    host_runtime=plan.host_runtime.label if plan.host_runtime else "", fingerprint=fingerprint)
 
 
 def _digest(plan: Plan) -> str:

@@ -25,7 +25,7 @@ from aot.errors import AotError
 from aot.frontend.graph import GraphView
 from aot.learn import db as costdb
 from aot.learn.features import GraphCodes, encode, node_features, shape_of
-from aot.learn.key import device_fingerprint, plan_key
+from aot.learn.key import device_fingerprint, key_of
 from aot.learn.model import DEFAULT_MODEL, LearnedModel
 from aot.partition import policies
 from aot.partition.cost import CostModel, plan_cost
@@ -60,8 +60,7 @@ class Estimator:
 
     def cost(self, plan: Plan) -> Costed:
         if self.database is not None:
-            regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
-            key = plan_key(self.view, regions, plan.schedule, plan.pinned_flags, fingerprint=self.fingerprint)
+            key = key_of(self.view, plan, self.fingerprint)
             with costdb.CostDatabase(self.database) as db:
                 hit = db.lookup(key.key)
             if hit is not None:

@@ -23,6 +23,7 @@ from aot.frontend.graph import GraphView, Node
 
 if TYPE_CHECKING:
     from aot.options import BuildOptions
+    from aot.partition.plan import Plan
 
 KEY_VERSION = 1       # bump when the labels or the pass pipeline before planning change
 WL_ITERATIONS = 4
@@ -105,6 +106,13 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
         "compiler": _version("iree-base-compiler"), "aot": _aot_version(),
     }, sort_keys=True).encode()).hexdigest()[:32]
     return PlanKey(graph, context, hashlib.sha256(f"{graph}/{context}".encode()).hexdigest()[:40])
+
+
+def key_of(view: GraphView, plan: "Plan", fingerprint: str) -> PlanKey:
+    """``plan_key`` of a whole plan: its regions, schedule, pinned flags and host runtime."""
+    regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
+    return plan_key(view, regions, plan.schedule, plan.pinned_flags,
+                    host_runtime=plan.host_runtime.label if plan.host_runtime else "", fingerprint=fingerprint)
 
 
 def _flags(pinned: Mapping[str, tuple[str, ...]], region: str) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 from aot import api
 from aot.learn import collect, db as costdb
 from aot.learn import generate as gen
-from aot.learn.key import device_fingerprint
+from aot.learn.key import device_fingerprint, key_of
 from aot.options import BuildOptions
 from aot.partition.cost import node_flops
 from aot.partition.plan import GateMode
@@ -53,7 +53,7 @@ def fill(database: Path, paths: list[Path], perturbations: int = 8) -> int:
             planned = plan_model(model, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
             seen = set()
             for cand in collect.candidates(planned, options, perturbations, seed=1):
-                key = collect._key(planned, cand.plan, fingerprint)
+                key = key_of(planned.view, cand.plan, fingerprint)
                 if key.key in seen:
                     continue
                 seen.add(key.key)

@@ -16,7 +16,7 @@ import aot.runtime
 from aot import api
 from aot.learn import collect, db as costdb
 from aot.learn import generate as gen
-from aot.learn.key import device_fingerprint
+from aot.learn.key import device_fingerprint, key_of
 from aot.options import BuildOptions
 from aot.partition.plan import GateMode, Plan, validate
 from aot.pipeline import plan_model
@@ -65,7 +65,7 @@ def test_a_generated_graph_gives_distinct_valid_candidates(tmp_path):
         cands = list(collect.candidates(planned, options, perturbations=4, seed=0))
         for c in cands:
             validate(c.plan, planned.view)
-        keys = {collect._key(planned, c.plan, device_fingerprint(options)).key for c in cands}
+        keys = {key_of(planned.view, c.plan, device_fingerprint(options)).key for c in cands}
         assert len(keys) >= 4, path.name
         assert 1 in {len(c.plan.regions) for c in cands} and max(len(c.plan.regions) for c in cands) >= 2
 

@@ -13,6 +13,7 @@ from onnx import helper, numpy_helper
 
 from aot import api
 from aot.learn import collect, db as costdb, evaluate
+from aot.learn.key import key_of
 from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, encode, shape_of
 from aot.learn.host_plans import CUTS, FLAG_SETS, MIXED_PER_CUT, RUNTIMES, host_plans
 from aot.lower.flags import IM2COL
@@ -79,12 +80,12 @@ def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
     b = plans["regions=1 flags=data-tiling runtime=local-task"]
     c = plans["regions=1 flags=data-tiling runtime=local-sync"]
     fingerprint = "none host=test cores=2"
-    keys = {collect._key(planned, p, fingerprint).key for p in (a, b, c)}
-    assert len(keys) == 3 and collect._key(planned, a, fingerprint).graph == collect._key(planned, c, fingerprint).graph
+    keys = {key_of(planned.view, p, fingerprint).key for p in (a, b, c)}
+    assert len(keys) == 3 and key_of(planned.view, a, fingerprint).graph == key_of(planned.view, c, fingerprint).graph
     # No optimisation flags at all (the direct-conv set) is not the target's defaults (unpinned).
     direct = plans["regions=1 flags=direct-conv runtime=local-task"]
     assert direct.regions[0].flags == ()
-    assert collect._key(planned, direct, fingerprint) != collect._key(planned, direct.unpinned(), fingerprint)
+    assert key_of(planned.view, direct, fingerprint) != key_of(planned.view, direct.unpinned(), fingerprint)
     codes = encode(planned.view, None)
     sa, sb, sc = (shape_of(p, planned.view, codes) for p in (a, b, c))
     tiling = REGION_SCALARS.index("flag_data_tiling")

@@ -148,6 +148,9 @@ def test_kendall_tau_is_tau_b_and_regret_counts_ties_against_the_chooser():
     assert evaluate.top1_regret([1, 2, 3], [10, 20, 30]) == 0.0
     assert evaluate.top1_regret([3, 2, 1], [10, 20, 30]) == pytest.approx(2.0)
     assert evaluate.top1_regret([1, 1, 3], [10, 20, 5]) == pytest.approx(3.0)   # a tie: the worse counts
+    assert evaluate.topk_regret([3, 2, 1], [10, 20, 30], 3) == 0.0       # the best is among the three
+    assert evaluate.topk_regret([3, 2, 1, 0], [10, 20, 30, 40], 2) == pytest.approx(2.0)
+    assert evaluate.topk_regret([1, 1, 1, 0], [10, 20, 30, 40], 2) == pytest.approx(2.0)   # ties: slowest first
     with pytest.raises(ValueError):
         evaluate.kendall_tau([1.0, float("nan")], [1.0, 2.0])
 
