@@ -296,6 +296,10 @@ class BuildOptions:
         f"groups by FLOP share (N from {MIN_GROUPS} to {MAX_GROUPS}; 0: off), search each group's flags, and keep "
         "the mixed-flag plan only when a whole run measures faster than the best single flag set",
         metavar="N", parse=lambda t: _group_count(t, "--tune-segments")))
+    tune_top: int = option(0, Flag(
+        "--tune-top", "with --tune: compile and time only the default and the K-1 flag sets the learned cost model "
+        "(--cost-model, trained on this machine's host decisions) predicts fastest per host region (0: all)",
+        metavar="K", parse=lambda t: _positive(t, "--tune-top"), commands=frozenset({"build", "tune"})))
     tune_repeats: int = option(20, Flag(
         "--tune-repeats", "timed calls per tuning candidate (warm medians, interleaved)", metavar="N",
         parse=lambda t: _number(int, t, "--tune-repeats"), commands=frozenset({"build", "tune"})))

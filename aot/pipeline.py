@@ -37,10 +37,11 @@ from aot.partition.partitioner import PartitionOptions, Partitioned, partition, 
 from aot.partition.segments import segments
 from aot.partition.splitting import SplitOutcome
 from aot.partition.support import ACCEL, HOST, SupportTable, coverage
-from aot.record import (CoverageRecord, MemoryRecord, PartitionRecord, RegionCheck, Rewrite, SegmentRecord,
-                        Tuning, UnsupportedOp, Verification)
+from aot.record import (CoverageRecord, MemoryRecord, Narrowing, PartitionRecord, RegionCheck, Rewrite,
+                        SegmentRecord, Tuning, UnsupportedOp, Verification)
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
+from aot.learn.narrow import learned_chooser
 from aot.tune.runtime import choose_host_runtime
 from aot.tune.search import tune_regions
 from aot.tune.segments import Choose, tune_segments
@@ -357,7 +358,16 @@ def _tuned(staged: Staged, planned: Planned, compile_: _Compiler, options: Build
                             lambda r: region_families(planned.source, planned.view, cand.plan.region(r).nodes),
                             compile_.ws.cache, compile_.executor, settings, progress, choose)
 
-    tunings = search(staged)
+    made: dict[str, Narrowing] = {}
+    narrow, why_not = (learned_chooser(staged.plan, planned.view, options, options.tune_top, made)
+                       if options.tune_top else (None, ""))
+    if why_not:
+        progress(f"tune     --tune-top {options.tune_top}: {why_not}")
+    tunings = search(staged, narrow)
+    tunings = {r: dataclasses.replace(t, narrowed=made.get(r)) for r, t in tunings.items()}
+    for r, n in made.items():
+        progress(f"tune     {r}: timed {len(n.kept)} of {len(n.predicted)} candidate(s), the learned model's "
+                 f"predicted fastest: {', '.join(n.kept)}")
     winners = {r: next(c.flags for c in t.candidates if c.name == t.winner) for r, t in tunings.items()}
     # A region that fell back to the host was tuned for the host: compile it for the host. The
     # winners are pinned in the plan, so a build of the published plan.json replays them.

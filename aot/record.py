@@ -170,6 +170,16 @@ class TuneCandidate:
 
 
 @dataclass(frozen=True, slots=True)
+class Narrowing:
+    """``--tune-top``: the learned model's prediction for every candidate a region was offered;
+    only ``kept`` were compiled and timed (learn/narrow.py)."""
+
+    model: str                                              # the model's training-set digest
+    predicted: tuple[tuple[str, float], ...] = field(as_map=True)   # flag set -> predicted plan us
+    kept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Tuning:
     """A region's flag search: the fastest candidate that matched the reference wins."""
 
@@ -178,6 +188,7 @@ class Tuning:
     default_us: float | None      # the default flags' median; None when the default was rejected
     device: str                   # where the candidates were timed
     candidates: tuple[TuneCandidate, ...]
+    narrowed: Narrowing | None = field(default=None, omit_default=True)
 
     @property
     def speedup(self) -> float | None:

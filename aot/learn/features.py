@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from aot.frontend.graph import GraphView
-from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, DATA_TILING, IM2COL, O2, O3, default_opt_flags
+from aot.lower.flags import DECISIONS, default_opt_flags
 from aot.runtime.target import Target
 from aot.partition.cost import node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
@@ -31,11 +31,9 @@ from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
 FEATURE_VERSION = 2     # bump when any vector below changes meaning: a model of another version is refused
 BUCKETS = 64
 WL_ITERATIONS = 2
-# What a region's compile flags decide, one bit each (a prefix of the flag's spelling: the ukernel
-# and stack settings have several values). Regions without pinned flags got their target's defaults.
-FLAG_BITS = (("O2", O2), ("O3", O3), ("data_tiling", DATA_TILING), ("ukernels", "--iree-llvmcpu-enable-ukernels"),
-             ("im2col", IM2COL), ("channels_last", CHANNELS_LAST[0]), ("conv_data_tiling", CONV_DATA_TILING[0]),
-             ("threads", "--iree-llvmcpu-number-of-threads"), ("stack", "--iree-llvmcpu-stack-allocation-limit"))
+# What a region's compile flags decide, one bit each (lower/flags.py owns the spellings). Regions
+# without pinned flags got their target's defaults.
+FLAG_BITS = DECISIONS
 # 1 where the plan runs its host regions on IREE's local-sync driver (the caller's thread).
 RUNTIME_SCALARS = ("local_sync",)
 REGION_SCALARS = ("accel", "flops", "bytes", "nodes", "compute_nodes", "in_bytes", "out_bytes",

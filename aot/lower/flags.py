@@ -42,9 +42,16 @@ IGEMM = "--iree-codegen-llvmgpu-use-igemm=true"
 STACK_128K = "--iree-llvmcpu-stack-allocation-limit=131072"
 
 
+# Each optimisation decision, by the prefix its spellings share (the ukernel, thread and stack
+# settings have several values): the learned cost model's features name them (learn/features.py).
+DECISIONS = (("O2", O2), ("O3", O3), ("data_tiling", DATA_TILING), ("ukernels", UKERNELS.split("=")[0]),
+             ("im2col", IM2COL), ("channels_last", CHANNELS_LAST[0]), ("conv_data_tiling", CONV_DATA_TILING[0]),
+             ("threads", "--iree-llvmcpu-number-of-threads"), ("stack", STACK_128K.split("=")[0]))
+
+
 def threads(cores: int) -> str:
     """Codegen distributes work for this many threads."""
-    return f"--iree-llvmcpu-number-of-threads={cores}"
+    return f"{dict(DECISIONS)['threads']}={cores}"
 
 
 # IREE's static scheduling statistics (CSV). Every compile prints them into its log (an empty file

@@ -1,0 +1,62 @@
+"""``--tune-top K``: the learned cost model picks which flag sets the tuner compiles and times.
+
+A full flag search compiles every candidate (12 on a convolution region) and times each; on a
+large model that is minutes. A cost model trained on measured host decisions (``aot learn
+collect --host-decisions``, ``aot learn train``) predicts each candidate's whole-plan time; only
+the default (the baseline every winner is measured against) and the K-1 predicted fastest others
+are compiled and timed. The measurement still decides: a wrong prediction costs speed the search
+could have found, never correctness. Numpy only, like every build-side use of the model.
+
+The model must have been trained on this build's devices (``LearnedModel.mismatch``); otherwise,
+or without a model, the search is not narrowed and the progress line says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Callable
+
+from aot.frontend.graph import GraphView
+from aot.learn.features import encode, shape_of
+from aot.learn.key import device_fingerprint
+from aot.learn.model import DEFAULT_MODEL, LearnedModel
+from aot.partition.plan import Plan
+from aot.partition.support import HOST
+from aot.record import Narrowing
+from aot.tune.candidates import FlagSet
+
+if TYPE_CHECKING:
+    from aot.options import BuildOptions
+
+Choose = Callable[[str, tuple[FlagSet, ...]], "tuple[FlagSet, ...] | None"]
+
+
+def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: int,
+                    made: dict[str, Narrowing]) -> tuple[Choose | None, str]:
+    """(choose, "") narrowing each host region's candidates to ``top`` (filling ``made``), or
+    (None, why not)."""
+    path = options.cost_model or (DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None)
+    if path is None:
+        return None, "no learned model (--cost-model) and none shipped: every candidate is timed"
+    model = LearnedModel.load(path)
+    if (why := model.mismatch(device_fingerprint(options))) is not None:
+        return None, f"learned model {str(path)!r} not used: {why}; every candidate is timed"
+    codes = encode(view, options.accel.backend if options.accel else None)
+
+    def choose(region: str, offered: tuple[FlagSet, ...]) -> tuple[FlagSet, ...]:
+        if plan.region(region).device != HOST or len(offered) <= top:
+            return offered
+        shapes = [shape_of(_with_flags(plan, region, s), view, codes) for s in offered]
+        us = model.plans_us(shapes)
+        rest = sorted(range(1, len(offered)), key=lambda i: (us[i], i))
+        kept = (offered[0], *(offered[i] for i in rest[:top - 1]))
+        made[region] = Narrowing(model.training_set, tuple((s.name, float(u)) for s, u in zip(offered, us)),
+                                 tuple(s.name for s in kept))
+        return kept
+
+    return choose, ""
+
+
+def _with_flags(plan: Plan, region: str, flag_set: FlagSet) -> Plan:
+    return dataclasses.replace(plan, regions=tuple(
+        dataclasses.replace(r, flags=flag_set.flags) if r.name == region else r for r in plan.regions))

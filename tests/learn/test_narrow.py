@@ -1,0 +1,87 @@
+"""``--tune-top K``: the learned model chooses which flag sets the tuner compiles and times."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from aot import api
+from aot.learn.features import PLAN_DIM, PLAN_SCALARS
+from aot.learn.key import device_fingerprint
+from aot.learn.model import LearnedModel, Mode
+from aot.learn.narrow import learned_chooser
+from aot.learn.trees import Forest, Tree
+from aot.frontend.source import region_families
+from aot.options import BuildOptions
+from aot.partition.partitioner import single_region_plan
+from aot.partition.plan import GateMode
+from aot.partition.support import HOST
+from aot import record
+from aot.pipeline import build, plan_model
+from aot.report import tuning_text
+from aot.tune.candidates import candidates
+from test_host_plans import _conv_chain
+
+HOST_ONLY = BuildOptions(accel=None)
+
+
+def _stump(feature: str, faster_by: float) -> Tree:
+    """One split on a plan scalar: plans that hold it predicted ``faster_by`` lower (log us)."""
+    return Tree(feature=np.array([PLAN_SCALARS.index(feature), -2, -2]), threshold=np.array([0.5, -2.0, -2.0]),
+                left=np.array([1, -1, -1]), right=np.array([2, -1, -1]), value=np.array([0.0, 0.0, -faster_by]))
+
+
+def _model(path, fingerprint: str) -> LearnedModel:
+    """O2 predicted much faster, data tiling a little: the ranking is known in advance."""
+    cost = Forest(7.0, 1.0, PLAN_DIM, (_stump("host_share_O2", 3.0), _stump("host_share_data_tiling", 1.0)))
+    model = LearnedModel(Mode.PLAN, cost, 0.0, 0.0, None, fingerprint, "test-model", ())
+    model.save(path)
+    return model
+
+
+def test_the_default_and_the_predicted_fastest_are_kept(tmp_path):
+    path, options = api.resolve(_conv_chain(tmp_path / "chain.onnx"), HOST_ONLY)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    _model(tmp_path / "model.json", device_fingerprint(options))
+    options = dataclasses.replace(options, cost_model=tmp_path / "model.json")
+    plan = single_region_plan(planned.view, HOST)
+    made: dict = {}
+    choose, why = learned_chooser(plan, planned.view, options, 3, made)
+    assert choose is not None and why == ""
+    offered = candidates(options.host, region_families(planned.source, planned.view, plan.regions[0].nodes))
+    kept = choose(plan.regions[0].name, offered)
+    # O2 and data tiling together come first (two sets hold both, in their offered order).
+    assert [s.name for s in kept] == ["default", "channels-last+data-tiling", "data-tiled-conv"]
+    narrowing = made[plan.regions[0].name]
+    assert narrowing.kept == tuple(s.name for s in kept) and narrowing.model == "test-model"
+    assert [n for n, _ in narrowing.predicted] == [s.name for s in offered]
+    assert all(np.isfinite(us) and us > 0 for _, us in narrowing.predicted)
+    # Fewer candidates than K: nothing to narrow.
+    assert choose(plan.regions[0].name, offered[:2]) == offered[:2]
+
+
+def test_a_model_of_other_devices_or_none_narrows_nothing(tmp_path):
+    path, options = api.resolve(_conv_chain(tmp_path / "chain.onnx"), HOST_ONLY)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    plan = single_region_plan(planned.view, HOST)
+    _model(tmp_path / "other.json", "vulkan-spirv:llvmpipe host=x86-64-v3 cores=64")
+    choose, why = learned_chooser(plan, planned.view, dataclasses.replace(options, cost_model=tmp_path / "other.json"),
+                                  3, {})
+    assert choose is None and "trained on 'vulkan-spirv:llvmpipe" in why and "every candidate is timed" in why
+
+
+@pytest.mark.device    # compiles the kept candidates with IREE and times them
+def test_a_narrowed_tuning_times_only_the_kept_sets_and_records_the_rest(tmp_path):
+    model_path = _conv_chain(tmp_path / "chain.onnx")
+    path, options = api.resolve(model_path, HOST_ONLY)
+    _model(tmp_path / "model.json", device_fingerprint(options))
+    options = BuildOptions(accel=None, tune=True, tune_repeats=3, tune_top=2, cost_model=tmp_path / "model.json")
+    result = build(model_path, tmp_path / "out", options)
+    tuning = result.bundle.record.regions[0].tuning
+    assert tuning is not None and tuning.narrowed is not None
+    assert [c.name for c in tuning.candidates] == ["default", "channels-last+data-tiling"]
+    assert tuning.narrowed.kept == ("default", "channels-last+data-tiling") and len(tuning.narrowed.predicted) > 2
+    assert record.read(result.bundle.path) == result.bundle.record        # and so the file says
+    assert "--tune-top: timed 2 of" in tuning_text(result.bundle.manifest, result.bundle.record)
