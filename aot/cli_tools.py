@@ -239,7 +239,8 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
             "graphs": result.graphs, "plans": result.plans, "rows": result.rows, "mode": result.mode,
             "best_classes": dict(result.best_classes),
             "mean": {p.value: dataclasses.asdict(result.mean(p)) for p in evaluate.Predictor},
-            "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores}}
+            "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores},
+                          "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None}
                          for h in result.held_out]})
     return 0
 

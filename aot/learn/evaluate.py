@@ -22,6 +22,7 @@ import numpy as np
 
 from aot.learn.dataset import Dataset, GraphData
 from aot.learn.features import PLAN_SCALARS, accel_share
+from aot.learn.narrow_eval import TOP, NarrowScore, mean, narrowing
 from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
 from aot.partition.plan import Plan
 from aot.partition.support import ACCEL, HOST
@@ -48,6 +49,7 @@ class HeldOut:
     model: str
     plans: int
     scores: tuple[tuple[Predictor, Score], ...]
+    narrowed: NarrowScore | None = None    # --tune-top on its whole-model flag sets (narrow_eval.py)
 
     def score(self, p: Predictor) -> Score:
         return dict(self.scores)[p]
@@ -125,7 +127,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
         }
         scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured), topk_regret(v, measured, 3)))
                        for k, v in predictions.items())
-        held.append(HeldOut(g.model, len(g.plans), scores))
+        held.append(HeldOut(g.model, len(g.plans), scores, narrowing(g, model, train)))
         progress(f"eval  {g.model}: {len(g.plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
     classes: dict[str, int] = {}
     for g in data.graphs:
@@ -183,4 +185,11 @@ def render(e: Evaluation) -> str:
         flag = " (<20 plans)" if h.plans < MIN_PLANS else ""
         lines.append(f"{(h.model + flag)[-33:]:34}{h.plans:5}  " + "  ".join(cells(h.score(p)) for p in preds))
     lines.append("mean".ljust(34) + " " * 7 + "  ".join(cells(e.mean(p)) for p in preds))
+    narrowed = [(h.model, h.narrowed) for h in e.held_out if h.narrowed is not None]
+    if narrowed:
+        lines += ["", f"--tune-top {TOP} on the whole-model flag sets (regret against timing every set):",
+                  "held-out model".ljust(34) + "sets    untuned  learned top-3  static top-3"]
+        for model, n in (*narrowed, ("mean", mean([n for _, n in narrowed]))):
+            lines.append(f"{model[-33:]:34}{n.candidates:4}  {100 * n.untuned:8.1f}%  {100 * n.learned:12.1f}%  "
+                         f"{100 * n.static:11.1f}%")
     return "\n".join(lines)

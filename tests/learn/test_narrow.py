@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from aot import api
-from aot.learn.features import PLAN_DIM, PLAN_SCALARS
+from aot.learn import narrow_eval
+from aot.learn.dataset import Dataset, GraphData, MeasuredPlan
+from aot.learn.features import PLAN_DIM, PLAN_SCALARS, encode, node_features, shape_of
+from aot.learn.host_plans import host_plans
 from aot.learn.key import device_fingerprint
 from aot.learn.model import LearnedModel, Mode
 from aot.learn.narrow import learned_chooser
@@ -85,3 +88,32 @@ def test_a_narrowed_tuning_times_only_the_kept_sets_and_records_the_rest(tmp_pat
     assert tuning.narrowed.kept == ("default", "channels-last+data-tiling") and len(tuning.narrowed.predicted) > 2
     assert record.read(result.bundle.path) == result.bundle.record        # and so the file says
     assert "--tune-top: timed 2 of" in tuning_text(result.bundle.manifest, result.bundle.record)
+
+
+def _graph(tmp_path, name: str, times: dict[str, float]):
+    """The conv chain's whole-model flag-set plans with made-up times (others 200 us)."""
+    path, options = api.resolve(_conv_chain(tmp_path / f"{name}.onnx"), HOST_ONLY)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    codes = encode(planned.view, None)
+    plans = []
+    for hp in host_plans(planned, options.host, seed=0):
+        flavour = hp.origin.split(" ")
+        if flavour[0] != "regions=1" or flavour[2] != "runtime=local-task":
+            continue
+        us = times.get(flavour[1].removeprefix("flags="), 200.0)
+        plans.append(MeasuredPlan(hp.origin, hp.plan, shape_of(hp.plan, planned.view, codes), us, None, 1))
+    return GraphData(name, False, planned.view, codes, node_features(planned.view, codes), tuple(plans))
+
+
+def test_narrowing_regret_against_the_untuned_build_and_a_static_choice(tmp_path):
+    held = _graph(tmp_path, "held", {"default": 100.0, "data-tiling": 50.0, "channels-last+data-tiling": 60.0})
+    train = Dataset((_graph(tmp_path, "train", {"data-tiling": 10.0}),), "fp", ())
+    model = _model(tmp_path / "model.json", "fp")     # predicts the sets with O2 and data tiling fastest
+    score = narrow_eval.narrowing(held, model, train, top=3)
+    assert score is not None and score.candidates == len(held.plans) > 3
+    assert score.untuned == pytest.approx(1.0)                 # the default's 100 us against the best, 50
+    assert score.learned == pytest.approx(0.2)                 # it timed channels-last+data-tiling: 60 us
+    assert score.static == pytest.approx(0.0)                  # data tiling won in training: it is timed
+    assert narrow_eval.narrowing(held, model, train, top=len(held.plans)) is None   # nothing to narrow
+    both = narrow_eval.mean([score, score])
+    assert both.candidates == 2 * score.candidates and both.learned == pytest.approx(0.2)
