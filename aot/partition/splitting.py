@@ -11,6 +11,8 @@ no splitting. A plan file's splits are replayed as they are: nothing is decided 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -19,7 +21,8 @@ from onnx import shape_inference
 
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
-from aot.frontend.split import Split, Tensors, apply, choose, working_set
+from aot.frontend.split import Split, Tensors, apply, choose, piece_bytes, working_set
+from aot.frontend.split_rules import cuts
 from aot.partition.support import ACCEL, HOST, Device, Label, Overrides, SupportTable, label
 from aot.runtime.memory import size_text
 
@@ -75,7 +78,66 @@ def split_for_memory(model: onnx.ModelProto, table: SupportTable | None, overrid
                                             f"{decided}; runs whole on the host"))
     if not splits:
         return SplitOutcome(model, (), tuple(hosted), tuple(keep.items()))
-    return _made(model, tuple(splits), tuple(hosted), keep)
+    return _made(model, aligned(tuple(splits), protos, tensors), tuple(hosted), keep)
+
+
+def aligned(splits: tuple[Split, ...], protos: Mapping[str, onnx.NodeProto], tensors: Tensors) -> tuple[Split, ...]:
+    """Each node chose its cut alone; where a split node reads a split producer along another axis
+    (a Relu cut by channels feeding a 1x1 Conv cut by rows), the producer's pieces are joined into
+    the whole tensor and sliced again: two full-size copies, each a dispatch over the limit the
+    splits were for. So, last node first, a producer is re-cut along its consumer's axis into
+    exactly the ranges the consumer reads, when the producer allows that cut and each piece still
+    fits its limit; the consumer then reads the pieces directly (``apply``: no Concat, no Slice)."""
+    by_node = {s.node: s for s in splits}
+    for consumer in reversed(splits):
+        c = by_node[consumer.node]
+        node = protos[c.node]
+        producer = next((by_node[p] for p in _producers(node.input[0], protos) if p in by_node), None)
+        if producer is None:
+            continue
+        wanted = _input_ranges(node, c, tensors)
+        if wanted is None:
+            continue
+        axis, ranges = wanted
+        recut = _recut(protos[producer.node], producer, axis, ranges, tensors)
+        if recut is not None:
+            by_node[producer.node] = recut
+    return tuple(by_node[s.node] for s in splits)
+
+
+def _producers(value: str, protos: Mapping[str, onnx.NodeProto]) -> list[str]:
+    return [name for name, n in protos.items() if value in n.output]
+
+
+def _input_ranges(node: onnx.NodeProto, split: Split, tensors: Tensors) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+    """The axis of input 0 the split slices and each piece's range of it (a convolution's rows
+    with their halo: ranges that overlap no producer can make); None when input 0 goes whole to
+    every piece."""
+    found, _ = cuts(node, tensors.shapes, tensors.consts)
+    cut = next((c for c in found if c.axis == split.axis and c.kind == split.kind), None)
+    follow = cut.inputs[0] if cut is not None and cut.inputs else None
+    if cut is None or follow is None:
+        return None
+    bounds = list(itertools.accumulate(split.pieces, initial=0))
+    if cut.halo is not None:
+        return follow.axis, tuple(cut.halo.rows(a, b)[:2] for a, b in zip(bounds, bounds[1:]))
+    return follow.axis, tuple((a * follow.step, b * follow.step) for a, b in zip(bounds, bounds[1:]))
+
+
+def _recut(node: onnx.NodeProto, split: Split, axis: int, ranges: tuple[tuple[int, int], ...],
+           tensors: Tensors) -> Split | None:
+    """``split`` made again along output ``axis`` into pieces that produce exactly ``ranges``."""
+    found, _ = cuts(node, tensors.shapes, tensors.consts)
+    for cut in found:
+        if cut.axis != axis or any(a % cut.out_step or b % cut.out_step for a, b in ranges):
+            continue
+        pieces = tuple((b - a) // cut.out_step for a, b in ranges)
+        if sum(pieces) != cut.units:
+            continue
+        largest = piece_bytes(node, cut, max(pieces), tensors)
+        if largest <= split.limit:
+            return dataclasses.replace(split, axis=cut.axis, kind=cut.kind, pieces=pieces, bytes_after=largest)
+    return None
 
 
 def replay(model: onnx.ModelProto, splits: tuple[Split, ...]) -> SplitOutcome:

@@ -123,3 +123,21 @@ def test_moving_a_region_to_the_host_keeps_the_splits(tiny):
     moved = move_to_host(planned.plan, (RegionCheck(accel.name, False, None, "boom"),))
     assert moved.splits == planned.plan.splits and moved.region(accel.name).device == HOST
     assert pipeline.whole_model(planned).plan.splits == planned.plan.splits
+
+
+def test_a_chain_is_cut_along_its_consumers_axis_so_pieces_connect(tmp_path):
+    """Alone, the Relu would cut by channels and the stem by rows at 1 MiB: aligned to the 1x1
+    convolution's rows, each piece reads its producer's piece with no Concat and Slice between."""
+    from test_splitting_build import _stem_model
+
+    model = _stem_model(tmp_path / "stem.onnx")
+    planned = pipeline.plan_model(model, _options(memory_limits=(("vulkan", 1024 * KIB),)), suggest=False)
+    splits = {s.node: s for s in planned.plan.splits}
+    assert set(splits) == {"stem", "relu", "pw"}
+    assert {(s.axis, s.pieces) for s in splits.values()} == {(2, (64, 64, 64, 64))}
+    assert all(s.bytes_after <= 1024 * KIB for s in splits.values())
+    nodes = planned.view.nodes
+    # Slices only of the graph input (the stem's rows with their halo), one Concat: the output's.
+    assert all(n.inputs[0] == "x" for n in nodes if n.op_type == "Slice")
+    assert [n.outputs[0] for n in nodes if n.op_type == "Concat"] == ["y"]
+    assert sum(n.op_type == "Relu" for n in nodes) == 4

@@ -69,8 +69,10 @@ def _stem_model(path):
     return path
 
 
-def test_a_conv_whose_input_alone_is_over_the_limit_splits_by_rows_and_fits(tmp_path):
-    limit = 1536 * 1024
+@pytest.mark.parametrize("limit", [1536 * 1024, 1024 * 1024])
+def test_a_conv_whose_input_alone_is_over_the_limit_splits_by_rows_and_fits(tmp_path, limit):
+    """At 1 MiB the Relu alone would cut by channels and the stem by rows: aligned to the 1x1
+    convolution's rows, the chain runs piece by piece with no full-size copy between them."""
     model = _stem_model(tmp_path / "rows.onnx")
     options = BuildOptions(accel=Target.parse("vulkan"), memory_limits=(("vulkan", limit),))
     built = api.build(model, tmp_path / "split", options).bundle
@@ -78,6 +80,8 @@ def test_a_conv_whose_input_alone_is_over_the_limit_splits_by_rows_and_fits(tmp_
     assert memory is not None and not memory.hosted
     kinds = {s.node: s.kind.value for s in memory.splits}
     assert kinds["pw"] == "rows" and all(s.bytes_after <= limit for s in memory.splits)
+    pieces = {s.node: s.pieces for s in memory.splits}
+    assert pieces["stem"] == pieces["relu"] == pieces["pw"] and {s.axis for s in memory.splits} == {2}
     assert all(d.bytes <= limit for d in _dispatches(built.path, tmp_path / "split"))
     result = check.check_bundle(built.path, model)
     assert result.ok, result
