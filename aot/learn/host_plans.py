@@ -67,9 +67,8 @@ def host_plans(planned: "Planned", target: Target, seed: int) -> Iterator[HostPl
         for name in names:
             sets = {r: by_name[name] for r, by_name in offered[count].items() if name in by_name}
             for runtime in RUNTIMES:   # innermost: a bounded collection still sees both
-                where = runtime.driver if runtime else "local-task"
                 if len(sets) == len(plan.regions):
-                    yield HostPlan(f"regions={len(plan.regions)} flags={name} runtime={where}",
+                    yield HostPlan(f"regions={len(plan.regions)} flags={name} runtime={_driver(runtime)}",
                                    _pinned(plan, sets, runtime))
     for count, plan in cuts.items():
         if len(plan.regions) < 2:
@@ -78,8 +77,12 @@ def host_plans(planned: "Planned", target: Target, seed: int) -> Iterator[HostPl
             sets = {r: by_name[rng.choice([n for n in FLAG_SETS if n in by_name])]
                     for r, by_name in offered[count].items()}
             runtime = rng.choice(RUNTIMES)
-            where = runtime.driver if runtime else "local-task"
-            yield HostPlan(f"regions={len(plan.regions)} mixed {i} runtime={where}", _pinned(plan, sets, runtime))
+            yield HostPlan(f"regions={len(plan.regions)} mixed {i} runtime={_driver(runtime)}",
+                           _pinned(plan, sets, runtime))
+
+
+def _driver(runtime: HostRuntime | None) -> str:
+    return runtime.driver if runtime else "local-task"
 
 
 def _by_name(sets: tuple[FlagSet, ...]) -> dict[str, FlagSet]:
