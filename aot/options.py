@@ -298,7 +298,7 @@ class BuildOptions:
         metavar="N", parse=lambda t: _group_count(t, "--tune-segments")))
     tune_top: int = option(0, Flag(
         "--tune-top", "with --tune: compile and time only the default and the K-1 flag sets the learned cost model "
-        "(--cost-model, trained on this machine's host decisions) predicts fastest per host region (0: all)",
+        "(--cost-model, trained on this machine's host decisions) predicts fastest per host region (default: every set)",
         metavar="K", parse=lambda t: _positive(t, "--tune-top"), commands=frozenset({"build", "tune"})))
     tune_repeats: int = option(20, Flag(
         "--tune-repeats", "timed calls per tuning candidate (warm medians, interleaved)", metavar="N",

@@ -22,6 +22,7 @@ from aot import memory_limits
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
+from aot.learn.narrow import learned_chooser
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.depthwise import CHANNELS_LAST_REASON, lower_host_regions
 from aot.lower.executor import Executor, executor_for
@@ -41,7 +42,6 @@ from aot.record import (CoverageRecord, MemoryRecord, Narrowing, PartitionRecord
                         SegmentRecord, Tuning, UnsupportedOp, Verification)
 from aot.runtime import codec
 from aot.runtime.manifest import Weights
-from aot.learn.narrow import learned_chooser
 from aot.tune.runtime import choose_host_runtime
 from aot.tune.search import tune_regions
 from aot.tune.segments import Choose, tune_segments

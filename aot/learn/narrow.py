@@ -14,7 +14,7 @@ or without a model, the search is not narrowed and the progress line says why.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from aot.frontend.graph import GraphView
 from aot.learn.features import encode, shape_of
@@ -24,11 +24,10 @@ from aot.partition.plan import Plan
 from aot.partition.support import HOST
 from aot.record import Narrowing
 from aot.tune.candidates import FlagSet
+from aot.tune.segments import Choose
 
 if TYPE_CHECKING:
     from aot.options import BuildOptions
-
-Choose = Callable[[str, tuple[FlagSet, ...]], "tuple[FlagSet, ...] | None"]
 
 
 def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: int,
