@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak clean
+.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host clean
 
 setup:
 	@bash scripts/setup.sh
@@ -73,6 +73,21 @@ ONET = $(shell $(PY) -c "from aot.models import zoo; print(zoo.fetch(zoo.by_name
 soak: setup
 	$(AOT) build $(ONET) --accel none --batch-buckets 1,2,4,8 -o artifacts/soak
 	$(AOT) soak artifacts/soak --requests $(SOAK_REQUESTS)
+
+# The learned model's host database (docs/learned.md): every real model of the zoo and corpus but
+# the validation pair, plus 16 seeded generated graphs, through the host's cuts x flag sets x
+# runtimes; then the leave-one-out evaluation. Resumable (a plan measured before is skipped);
+# ~80 minutes on 2 cores; needs the [learn] extra for the evaluation.
+LEARN_MODELS ?= zoo:mtcnn-pnet zoo:mtcnn-rnet zoo:mtcnn-onet zoo:silero-vad zoo:ppocr-cls zoo:ppocr-rec \
+	zoo:ppocr-det zoo:minilm corpus:magika corpus:oww-melspec corpus:oww-embedding corpus:lcnet-orientation \
+	corpus:minilm-l3 corpus:opennsfw-resnet50
+LEARN_DB ?= artifacts/learn/host.sqlite
+learn-host: setup $(EXAMPLE)
+	$(AOT) learn generate -o artifacts/learn/gen --count 8 --seed 11
+	$(AOT) learn generate -o artifacts/learn/gen2 --count 8 --seed 12
+	$(AOT) learn collect $(EXAMPLE) $(LEARN_MODELS) artifacts/learn/gen/*.onnx artifacts/learn/gen2/*.onnx \
+		--accel none --host-decisions --perturbations 0 --iterations 20 --db $(LEARN_DB)
+	$(AOT) learn eval --db $(LEARN_DB) --accel none --json artifacts/learn/eval-host.json
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache
