@@ -95,6 +95,8 @@ def topk_regret(predicted: Sequence[float] | np.ndarray, measured: Sequence[floa
     """The best measured time among the ``k`` predicted best over the measured best, minus one.
     Ties in the prediction are broken against the model (the slower plans of a tie come first)."""
     a, b = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    if len(a) != len(b) or not len(a) or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("a regret needs two finite, non-empty lists of one length")
     order = np.lexsort((-b, a))      # by prediction, then slowest first
     return float(b[order[:k]].min() / b.min() - 1.0)
 

@@ -16,10 +16,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from aot.frontend.graph import GraphView
 from aot.learn.features import encode, shape_of
 from aot.learn.key import device_fingerprint
 from aot.learn.model import DEFAULT_MODEL, LearnedModel
+from aot.learn.trees import ModelFileError
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
 from aot.record import Narrowing
@@ -47,6 +50,9 @@ def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: i
             return offered
         shapes = [shape_of(_with_flags(plan, region, s), view, codes) for s in offered]
         us = model.plans_us(shapes)
+        if not np.all(np.isfinite(us)):   # a NaN would sort anywhere: no choice is made on it
+            raise ModelFileError(f"learned model {str(path)!r} predicts a non-finite time for region {region!r}",
+                                 hint="retrain it with `aot learn train`, or leave --tune-top out")
         rest = sorted(range(1, len(offered)), key=lambda i: (us[i], i))
         kept = (offered[0], *(offered[i] for i in rest[:top - 1]))
         made[region] = Narrowing(model.training_set, tuple((s.name, float(u)) for s, u in zip(offered, us)),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass
 from statistics import median
@@ -250,6 +251,8 @@ def fit_hop_us(view: GraphView, cost: CostModel, measured: Iterable[MeasuredRegi
     scorer = _Scorer(view, cost, measured, one_lane)
     weighted, squares = 0.0, 0
     for plan, whole_us in runs:
+        if not math.isfinite(whole_us):   # max(0.0, nan) below would hide it as a free transfer
+            raise ValueError(f"a whole run of the measured plans took {whole_us} us")
         c = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost, plan.schedule,
                       region_us=scorer.region_us, one_lane=scorer.one_lane)
         if c.hops:

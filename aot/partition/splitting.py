@@ -89,10 +89,11 @@ def aligned(splits: tuple[Split, ...], protos: Mapping[str, onnx.NodeProto], ten
     exactly the ranges the consumer reads, when the producer allows that cut and each piece still
     fits its limit; the consumer then reads the pieces directly (``apply``: no Concat, no Slice)."""
     by_node = {s.node: s for s in splits}
+    producer_of = {v: n.name for n in protos.values() for v in n.output}
     for consumer in reversed(splits):
         c = by_node[consumer.node]
         node = protos[c.node]
-        producer = next((by_node[p] for p in _producers(node.input[0], protos) if p in by_node), None)
+        producer = by_node.get(producer_of.get(node.input[0], ""))
         if producer is None:
             continue
         wanted = _input_ranges(node, c, tensors)
@@ -103,10 +104,6 @@ def aligned(splits: tuple[Split, ...], protos: Mapping[str, onnx.NodeProto], ten
         if recut is not None:
             by_node[producer.node] = recut
     return tuple(by_node[s.node] for s in splits)
-
-
-def _producers(value: str, protos: Mapping[str, onnx.NodeProto]) -> list[str]:
-    return [name for name, n in protos.items() if value in n.output]
 
 
 def _input_ranges(node: onnx.NodeProto, split: Split, tensors: Tensors) -> tuple[int, tuple[tuple[int, int], ...]] | None:

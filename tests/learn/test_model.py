@@ -151,6 +151,11 @@ def test_kendall_tau_is_tau_b_and_regret_counts_ties_against_the_chooser():
     assert evaluate.topk_regret([3, 2, 1], [10, 20, 30], 3) == 0.0       # the best is among the three
     assert evaluate.topk_regret([3, 2, 1, 0], [10, 20, 30, 40], 2) == pytest.approx(2.0)
     assert evaluate.topk_regret([1, 1, 1, 0], [10, 20, 30, 40], 2) == pytest.approx(2.0)   # ties: slowest first
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            evaluate.topk_regret([1, bad, 3], [10, 20, 30], 2)
+        with pytest.raises(ValueError):
+            evaluate.top1_regret([1, 2, 3], [10, bad, 30])
     with pytest.raises(ValueError):
         evaluate.kendall_tau([1.0, float("nan")], [1.0, 2.0])
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from aot import api
+from aot.errors import AotError
 from aot.learn import narrow_eval
 from aot.learn.dataset import Dataset, GraphData, MeasuredPlan
 from aot.learn.features import PLAN_DIM, PLAN_SCALARS, encode, node_features, shape_of
@@ -63,6 +64,25 @@ def test_the_default_and_the_predicted_fastest_are_kept(tmp_path):
     assert all(np.isfinite(us) and us > 0 for _, us in narrowing.predicted)
     # Fewer candidates than K: nothing to narrow.
     assert choose(plan.regions[0].name, offered[:2]) == offered[:2]
+
+
+def test_a_model_that_predicts_nan_is_refused_by_name(tmp_path, monkeypatch):
+    """A model file with a NaN is refused when it loads; one that predicts NaN anyway (built in
+    memory here) is refused before a choice is made on it."""
+    path, options = api.resolve(_conv_chain(tmp_path / "chain.onnx"), HOST_ONLY)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    broken = LearnedModel(Mode.PLAN, Forest(float("nan"), 1.0, PLAN_DIM, ()), 0.0, 0.0, None,
+                          device_fingerprint(options), "nan", ())
+    (tmp_path / "nan.json").write_text("{}")
+    monkeypatch.setattr(LearnedModel, "load", classmethod(lambda cls, p: broken))
+    plan = single_region_plan(planned.view, HOST)
+    choose, _ = learned_chooser(plan, planned.view, dataclasses.replace(options, cost_model=tmp_path / "nan.json"),
+                                3, {})
+    assert choose is not None
+    offered = candidates(options.host, region_families(planned.source, planned.view, plan.regions[0].nodes))
+    with pytest.raises(AotError, match=r"nan\.json.*non-finite time for region 'r0'") as e:
+        choose(plan.regions[0].name, offered)
+    assert "--tune-top" in e.value.hint
 
 
 def test_a_model_of_other_devices_or_none_narrows_nothing(tmp_path):

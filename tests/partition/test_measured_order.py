@@ -225,6 +225,9 @@ def test_a_transfer_cost_fitted_to_whole_runs_prices_every_crossing_of_the_whole
         runs.append((plan, lanes[name][0] + c.hops * 1000.0))
     assert fit_hop_us(view, COST, OVERLAPPING, False, runs) == 1000.0
     assert fit_hop_us(view, COST, OVERLAPPING, False, [(_plan([(HOST, ("x", "h1", "h2", "a", "j"))]), 5000.0)]) is None
+    for bad in (float("nan"), float("inf")):     # never a free (or infinite) transfer
+        with pytest.raises(ValueError, match="whole run"):
+            fit_hop_us(view, COST, OVERLAPPING, False, [(runs[0][0], bad)])
 
     fitted = partition(view, dataclasses.replace(measured_options(OVERLAPPING), measured_hop_us=1000.0))
     outcome = fitted.order_search
