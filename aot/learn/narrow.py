@@ -14,7 +14,7 @@ or without a model, the search is not narrowed and the progress line says why.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -53,13 +53,17 @@ def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: i
         if not np.all(np.isfinite(us)):   # a NaN would sort anywhere: no choice is made on it
             raise ModelFileError(f"learned model {str(path)!r} predicts a non-finite time for region {region!r}",
                                  hint="retrain it with `aot learn train`, or leave --tune-top out")
-        rest = sorted(range(1, len(offered)), key=lambda i: (us[i], i))
-        kept = (offered[0], *(offered[i] for i in rest[:top - 1]))
+        kept = (offered[0], *(offered[1 + i] for i in fastest(us[1:], top - 1)))
         made[region] = Narrowing(model.training_set, tuple((s.name, float(u)) for s, u in zip(offered, us)),
                                  tuple(s.name for s in kept))
         return kept
 
     return choose, ""
+
+
+def fastest(predicted: "Sequence[float] | np.ndarray", count: int) -> list[int]:
+    """The positions of the ``count`` lowest predictions, lowest first; a tie keeps the offered order."""
+    return sorted(range(len(predicted)), key=lambda i: (predicted[i], i))[:count]
 
 
 def _with_flags(plan: Plan, region: str, flag_set: FlagSet) -> Plan:

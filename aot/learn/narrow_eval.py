@@ -16,6 +16,7 @@ import numpy as np
 
 from aot.learn.dataset import Dataset, GraphData, MeasuredPlan
 from aot.learn.model import LearnedModel
+from aot.learn.narrow import fastest
 from aot.lower.flags import IM2COL, default_opt_flags
 from aot.partition.support import HOST
 from aot.runtime.target import Target
@@ -53,7 +54,7 @@ def narrowing(g: GraphData, model: LearnedModel, train: Dataset, top: int = TOP)
     best = min(times.values())
     others = [k for k in plans if k != default]
     predicted = model.plans_us([plans[k].shape for k in others])
-    learned = [k for _, k in sorted(zip(predicted, range(len(others))))][:top - 1]
+    learned = fastest(predicted, top - 1)
     wins = Counter(min(tp, key=lambda k: tp[k].total_us) for tp in map(tuner_plans, train.graphs) if tp)
     static = [k for k, _ in sorted(wins.items(), key=lambda kv: (-kv[1], sorted(kv[0]))) if k in times and k != default]
 
