@@ -130,7 +130,7 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
             else:
                 todo.append((cand, key))
         progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured"
-                 + (f", measuring {max_plans} of {len(todo)} new" if max_plans is not None else ""))
+                 + (f", measuring {min(max_plans, len(todo))} of {len(todo)} new" if max_plans is not None else ""))
         todo = todo[:max_plans]
         for i, (cand, key) in enumerate(todo):
             out = work / f"c{i}"

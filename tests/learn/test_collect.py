@@ -138,7 +138,11 @@ def test_a_collection_capped_at_some_plans_is_finished_by_the_next(tmp_path, mon
     model, database = gen.write(tmp_path / "g", 1, seed=2)[0], tmp_path / "costs.sqlite"
     part = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1, max_plans=2)
     assert (part.measured, part.skipped) == (2, 0) and part.candidates > 2
-    rest = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    lines: list[str] = []
+    rest = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1,
+                           max_plans=100, progress=lines.append)
+    # the first line says how many it will measure: the rest, not the cap
+    assert f"measuring {part.candidates - 2} of {part.candidates - 2} new" in lines[0]
     assert (rest.measured, rest.skipped) == (part.candidates - 2, 2) and len(built) == part.candidates
     with costdb.CostDatabase(database) as db:
         assert len({r.key for r in db.rows()}) == db.count() == part.candidates
