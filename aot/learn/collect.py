@@ -2,8 +2,9 @@
 and timed end to end on the real devices, one row each in the cost database.
 
 Candidates of a model: the partitioner under every policy and selection mode, minimum-compute
-thresholds swept; all on the host; all on the accelerator where every node can go there; and
-seeded random perturbations of region boundaries (a node moved to the other device, repaired by
+thresholds swept; the order planner's candidates (``--order search``: each key-node segment's
+k-th best grouping and issue order by the lane model, linked); all on the host; all on the
+accelerator where every node can go there; and seeded random perturbations of region boundaries (a node moved to the other device, repaired by
 the cycle-free merge and checked by ``plan.validate``). They are deduplicated by their key
 (``key.plan_key``), so a plan measured before is skipped, and a killed collection resumes where
 it stopped. Compiles hit the content-hash cache for regions that repeat across candidates.
@@ -31,8 +32,9 @@ from aot.learn.host_plans import host_plans
 from aot.learn.key import PlanKey, device_fingerprint, key_of, region_digest
 from aot.options import BuildOptions
 from aot.partition import policies
+from aot.partition.order import OrderMode
 from aot.partition import select as selection
-from aot.partition.partitioner import make_plan, plan_from_groups, single_region_plan
+from aot.partition.partitioner import make_plan, partition, plan_from_groups, single_region_plan
 from aot.partition.plan import GateMode, Plan, validate
 from aot.partition.support import ACCEL, HOST
 from aot.pipeline import Planned, build_planned, plan_model
@@ -40,6 +42,7 @@ from aot.runtime import manifest as mf
 
 Progress = Callable[[str], None]
 MIN_COMPUTE_SWEEP = (1, 2, 4, 8)
+ORDER_CANDIDATES = 6    # the order planner's plans per model (greedy's first, so 5 new at most)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed
                 except PartitionError:
                     continue
                 yield Candidate(f"policy={policy} select={mode} min_compute={min_compute}", plan)
+    yield from _order_candidates(planned)
     try:
         everything = single_region_plan(view, ACCEL)
         validate(everything, view)
@@ -98,6 +102,19 @@ def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed
         except PartitionError:
             continue
         yield Candidate(f"perturbation {i}", plan)
+
+
+def _order_candidates(planned: Planned) -> Iterator[Candidate]:
+    """The plans ``--order search --measure`` would time (greedy's first): what the order planner
+    considers the best alternatives, so the database learns how its lane model ranks them."""
+    popts = dataclasses.replace(planned.options, order=OrderMode.SEARCH, gate=GateMode.MEASURED,
+                                measure_plans=ORDER_CANDIDATES, measured=())
+    try:
+        found = partition(planned.view, popts).candidates
+    except PartitionError:
+        return
+    for k, plan in enumerate(found):
+        yield Candidate(f"order search {k}", plan)
 
 
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),

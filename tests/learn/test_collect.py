@@ -70,6 +70,24 @@ def test_a_generated_graph_gives_distinct_valid_candidates(tmp_path):
         assert 1 in {len(c.plan.regions) for c in cands} and max(len(c.plan.regions) for c in cands) >= 2
 
 
+def test_the_order_planners_candidates_are_collected_greedys_first(tmp_path):
+    """No IREE: the plans ``--order search --measure`` would time are among the candidates, each
+    valid, the first of them greedy's own plan."""
+    found = 0
+    for path in gen.write(tmp_path, 3, seed=0):
+        model, options = api.resolve(path, VULKAN)
+        planned = plan_model(model, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+        cands = list(collect.candidates(planned, options, perturbations=0, seed=0))
+        ordered = [c for c in cands if c.origin.startswith("order search ")]
+        assert ordered and len(ordered) <= collect.ORDER_CANDIDATES, path.name
+        for c in ordered:
+            validate(c.plan, planned.view)
+        assert ordered[0].plan.digest() == planned.plan.digest()          # greedy's plan first
+        assert len({c.plan.digest() for c in ordered}) == len(ordered)    # distinct
+        found += len(ordered) - 1
+    assert found >= 1      # at least one graph has an alternative the order planner ranks
+
+
 class _FakeSession:
     """Stands in for a loaded bundle: runs instantly, profiles every region at 10 us per node."""
 
