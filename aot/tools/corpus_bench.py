@@ -36,6 +36,9 @@ from aot.tune.search import cpu_model
 
 ORT, ORT1, DEFAULT, TUNED = "onnxruntime", "onnxruntime 1 thread", "aot default", "aot tuned"
 CONTENDERS = (ORT, ORT1, DEFAULT, TUNED)
+# A model whose medians are under a millisecond moves by 30-50% between runs on a shared machine:
+# it is timed this many times, its medians are the median run's, and its row keeps every run.
+SUB_MS_RUNS = 3
 
 
 class Suite(TextEnum):
@@ -90,17 +93,17 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
             default = api.build(model.source, out / name / "default", options, progress)
             tuned = api.build(model.source, out / name / "tuned", replace(options, tune=True), progress)
             built_s = time.perf_counter() - start
-            medians, checks_us = _time_model(model, default.bundle.path, tuned.bundle.path, iterations, warmup)
+            runs = _timed_runs(lambda: _time_model(model, default.bundle.path, tuned.bundle.path, iterations, warmup))
         except (AotError, AssertionError) as e:  # one model's failure is a row, not the end of the run
             rows.append({"model": name, "suite": model.suite.value, "error": f"{type(e).__name__}: {e}"})
             progress(f"bench    {name}: FAILED: {e}")
             continue
         manifest = tuned.bundle.manifest
+        medians, checks_us = runs[len(runs) // 2]
         rows.append({
             "model": name, "suite": model.suite.value, "medians_ms": medians, "build_s": round(built_s, 1),
-            "ratios": {f"{a} / {ORT}": medians[a] / medians[ORT] for a in (DEFAULT, TUNED)}
-                      | {f"{TUNED} / {ORT1}": medians[TUNED] / medians[ORT1],
-                         f"{TUNED} / {DEFAULT}": medians[TUNED] / medians[DEFAULT]},
+            "ratios": _ratios(medians),
+            **({"runs": [_ratios(m) for m, _ in runs]} if len(runs) > 1 else {}),
             "tuned_flags": {r.name: r.tuning.winner for r in tuned.bundle.record.regions if r.tuning},
             "host_runtime": manifest.host_runtime.label if manifest.host_runtime else None,
             # Index safety's price per call: the boundary checks (guards would run inside the
@@ -118,6 +121,23 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
         "iterations": iterations, "models": rows, "wall_s": round(time.perf_counter() - began, 1),
         "geomean": _geomeans(tuned_on), "geomean_validation": _geomeans(held_out),
     }
+
+
+def _ratios(medians: dict[str, float]) -> dict[str, float]:
+    return ({f"{a} / {ORT}": medians[a] / medians[ORT] for a in (DEFAULT, TUNED)}
+            | {f"{TUNED} / {ORT1}": medians[TUNED] / medians[ORT1], f"{TUNED} / {DEFAULT}": medians[TUNED] / medians[DEFAULT]})
+
+
+Timed = tuple[dict[str, float], float]     # medians (ms) per contender, index checks (us per call)
+
+
+def _timed_runs(time_once: Callable[[], Timed]) -> list[Timed]:
+    """One run, or ``SUB_MS_RUNS`` when any contender's median is under a millisecond; sorted by
+    the tuned bundle's ratio to onnxruntime, so the middle one is the median run."""
+    runs = [time_once()]
+    if min(runs[0][0].values()) < 1.0:
+        runs += [time_once() for _ in range(SUB_MS_RUNS - 1)]
+    return sorted(runs, key=lambda r: r[0][TUNED] / r[0][ORT])
 
 
 def _geomeans(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -164,8 +184,10 @@ def text(result: dict) -> str:
             lines.append(f"{r['model']:12s} FAILED: {r['error'][:200]}")
             continue
         m = r["medians_ms"]
+        tuned = [run[f"{TUNED} / {ORT}"] for run in r.get("runs", ())]
         lines.append(f"{r['model']:12s} " + " ".join(f"{m[c]:21.3f}" for c in CONTENDERS)
-                     + f" {r['ratios'][f'{DEFAULT} / {ORT}']:12.2f} {r['ratios'][f'{TUNED} / {ORT}']:10.2f}")
+                     + f" {r['ratios'][f'{DEFAULT} / {ORT}']:12.2f} {r['ratios'][f'{TUNED} / {ORT}']:10.2f}"
+                     + (f" (tuned/ort over {len(tuned)} runs: {min(tuned):.2f}-{max(tuned):.2f})" if tuned else ""))
     lines.append("geometric mean of ratios, zoo and development models: "
                  + ", ".join(f"{k} {v:.2f}" for k, v in result["geomean"].items()))
     if result.get("geomean_validation"):
