@@ -73,6 +73,9 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lc.add_argument("--host-decisions", action="store_true",
                     help="also the host's region cuts x flag sets x local-task/local-sync (cheap to time: "
                          "most rows of a CPU-only database)")
+    lc.add_argument("--mixed", type=lambda t: args_.count(t, least=0), default=None,
+                    help="--host-decisions: seeded mixed-flag plans per region cut (their regions are "
+                         "compiled for the uniform plans already: only timing costs; default 3)")
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     args_.add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
@@ -184,7 +187,7 @@ def _cmd_bench_harness(args: argparse.Namespace) -> int:
 
 
 def _cmd_learn_collect(args: argparse.Namespace) -> int:
-    from aot.learn import collect
+    from aot.learn import collect, host_plans
 
     work = args_.output_folder("-o/--output", args.output)
     options = args_.build_options(args)
@@ -192,7 +195,8 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
         done = collect.collect(model, Path(args.db), work, options, args.perturbations,
                                args.seed, args.iterations, progress=lambda s: print(s, file=sys.stderr),
                                max_plans=args.max_plans, host_decisions=args.host_decisions,
-                               repeats=args.repeats)
+                               repeats=args.repeats,
+                               mixed=host_plans.MIXED_PER_CUT if args.mixed is None else args.mixed)
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
     print(args.db)

@@ -28,7 +28,7 @@ from aot.checks import reference, timing
 from aot.checks.session import CheckSession
 from aot.errors import AotError, PartitionError
 from aot.learn import db as costdb
-from aot.learn.host_plans import host_plans
+from aot.learn.host_plans import MIXED_PER_CUT, host_plans
 from aot.learn.key import PlanKey, device_fingerprint, key_of, region_digest
 from aot.options import BuildOptions
 from aot.partition import policies
@@ -61,13 +61,14 @@ class Collected:
 
 
 def candidates(planned: Planned, options: BuildOptions, perturbations: int, seed: int,
-               host_decisions: bool = False) -> Iterator[Candidate]:
+               host_decisions: bool = False, mixed: int = MIXED_PER_CUT) -> Iterator[Candidate]:
     """Every candidate plan of a model, in a fixed order (seeded); with ``host_decisions``, the
-    host's cuts x flag sets x runtimes too (``host_plans.py``)."""
+    host's cuts x flag sets x runtimes too, ``mixed`` seeded mixed-flag plans per cut
+    (``host_plans.py``)."""
     view = planned.view
     yield Candidate("all-host", single_region_plan(view, HOST))
     if host_decisions:
-        for hp in host_plans(planned, options.host, seed):
+        for hp in host_plans(planned, options.host, seed, mixed):
             yield Candidate(hp.origin, hp.plan)
     if options.accel is None:
         return
@@ -120,7 +121,7 @@ def _order_candidates(planned: Planned) -> Iterator[Candidate]:
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
             perturbations: int = 8, seed: int = 0, iterations: int = 20,
             progress: Progress = lambda s: None, max_plans: int | None = None,
-            host_decisions: bool = False, repeats: int = 1) -> Collected:
+            host_decisions: bool = False, repeats: int = 1, mixed: int = MIXED_PER_CUT) -> Collected:
     """Measure every new candidate plan of ``model`` into ``database`` (the first ``max_plans``
     new ones, in candidate order, where given: a later collection measures the rest). With
     ``repeats`` > 1, a plan measured fewer times is measured again (another row: the database's
@@ -137,7 +138,7 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
     with costdb.CostDatabase(database) as db:
         known = db.key_counts()
         todo: list[tuple[Candidate, PlanKey]] = []
-        for cand in candidates(planned, options, perturbations, seed, host_decisions):
+        for cand in candidates(planned, options, perturbations, seed, host_decisions, mixed):
             key = key_of(planned.view, cand.plan, fingerprint)
             if key.key in seen:
                 continue

@@ -11,7 +11,9 @@ so they are where most of the database's rows come from.
 Cuts are the per-segment tuner's (``tune/segments.split``: runs of whole key-node segments
 grouped by FLOP share), so a cut plan is one a build could make. The flag sets are the tuner's
 own, by name (``tune/candidates.py``), so each region gets the spelling for its content.
-Uniform plans (every region the same set) come first; then seeded mixed ones."""
+Uniform plans (every region the same set) come first; then seeded mixed ones. A mixed plan's
+regions are each compiled for some uniform plan already (the same region, the same flags), so it
+costs the compile cache nothing: ``mixed`` per cut adds real plans at the price of timing alone."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ CUTS = (1, 2, 4)
 # decisions with the largest measured spread on the corpus (docs/performance.md).
 FLAG_SETS = ("default", "O2", "data-tiling", "data-tiling+ukernels", "O3+data-tiling+ukernels")
 RUNTIMES: tuple[HostRuntime | None, ...] = (None, HostRuntime("local-sync", ()))   # None: local-task
-MIXED_PER_CUT = 3
+MIXED_PER_CUT = 3      # seeded mixed-flag plans per cut unless the collection asks for more
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,8 +49,11 @@ class HostPlan:
     plan: Plan
 
 
-def host_plans(planned: "Planned", target: Target, seed: int) -> Iterator[HostPlan]:
-    """Every host decision candidate of a model for the host ``target``, in a fixed (seeded) order."""
+def host_plans(planned: "Planned", target: Target, seed: int, mixed: int = MIXED_PER_CUT) -> Iterator[HostPlan]:
+    """Every host decision candidate of a model for the host ``target``, in a fixed (seeded) order;
+    ``mixed`` seeded mixed-flag plans per cut. The first ``MIXED_PER_CUT`` of them are the same for
+    any larger ``mixed`` (the extra ones are drawn after), so a database collected with fewer
+    keeps its rows."""
     view = planned.view
     whole = single_region_plan(view, HOST)
     segs = segments(view)
@@ -70,15 +75,16 @@ def host_plans(planned: "Planned", target: Target, seed: int) -> Iterator[HostPl
                 if len(sets) == len(plan.regions):
                     yield HostPlan(f"regions={len(plan.regions)} flags={name} runtime={_driver(runtime)}",
                                    _pinned(plan, sets, runtime))
-    for count, plan in cuts.items():
-        if len(plan.regions) < 2:
-            continue
-        for i in range(MIXED_PER_CUT):
-            sets = {r: by_name[rng.choice([n for n in FLAG_SETS if n in by_name])]
-                    for r, by_name in offered[count].items()}
-            runtime = rng.choice(RUNTIMES)
-            yield HostPlan(f"regions={len(plan.regions)} mixed {i} runtime={_driver(runtime)}",
-                           _pinned(plan, sets, runtime))
+    for draws in (range(min(mixed, MIXED_PER_CUT)), range(MIXED_PER_CUT, mixed)):
+        for count, plan in cuts.items():
+            if len(plan.regions) < 2:
+                continue
+            for i in draws:
+                sets = {r: by_name[rng.choice([n for n in FLAG_SETS if n in by_name])]
+                        for r, by_name in offered[count].items()}
+                runtime = rng.choice(RUNTIMES)
+                yield HostPlan(f"regions={len(plan.regions)} mixed {i} runtime={_driver(runtime)}",
+                               _pinned(plan, sets, runtime))
 
 
 def _driver(runtime: HostRuntime | None) -> str:

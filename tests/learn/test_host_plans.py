@@ -73,6 +73,20 @@ def test_host_plans_cover_cuts_flag_sets_and_runtimes(tmp_path):
     assert other[:len(uniform)] == [p.plan.to_json() for p in uniform] and other != [p.plan.to_json() for p in plans]
 
 
+def test_more_mixed_plans_keep_the_first_ones_and_reuse_the_uniform_plans_compiles(tmp_path):
+    planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
+    few = [p.plan.to_json() for p in host_plans(planned, options.host, seed=0)]
+    more = list(host_plans(planned, options.host, seed=0, mixed=MIXED_PER_CUT + 5))
+    assert [p.plan.to_json() for p in more[:len(few)]] == few           # a database collected with fewer keeps its rows
+    extra = more[len(few):]
+    assert len(extra) == (len(CUTS) - 1) * 5 and all("mixed" in p.origin for p in extra)
+    # every region of an extra plan (nodes and flags) is one some uniform plan compiles already
+    compiled = {(r.nodes, r.flags) for p in more if "mixed" not in p.origin for r in p.plan.regions}
+    assert all((r.nodes, r.flags) in compiled for p in extra for r in p.plan.regions)
+    for p in extra:
+        validate(p.plan, planned.view)
+
+
 def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
     planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
     plans = {p.origin: p.plan for p in host_plans(planned, options.host, seed=0)}
