@@ -4,8 +4,9 @@ and timed end to end on the real devices, one row each in the cost database.
 Candidates of a model: the partitioner under every policy and selection mode, minimum-compute
 thresholds swept; the order planner's candidates (``--order search``: each key-node segment's
 k-th best grouping and issue order by the lane model, linked); all on the host; all on the
-accelerator where every node can go there; and seeded random perturbations of region boundaries (a node moved to the other device, repaired by
-the cycle-free merge and checked by ``plan.validate``). They are deduplicated by their key
+accelerator where every node can go there; and seeded random perturbations of region
+boundaries (a node moved to the other device, repaired by the cycle-free merge and checked by
+``plan.validate``). They are deduplicated by their key
 (``key.plan_key``), so a plan measured before is skipped, and a killed collection resumes where
 it stopped. Compiles hit the content-hash cache for regions that repeat across candidates.
 Timing holds the cross-process lock: two collectors never time at once. Each row carries, beside
