@@ -8,10 +8,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aot import cli_args as args_
 from aot.errors import AotError, UsageError
 from aot.runtime.target import Target
+
+if TYPE_CHECKING:
+    from aot.learn.dataset import Dataset
 
 
 def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
@@ -93,6 +97,15 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     le.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
     le.add_argument("--mode", default="auto", choices=[m.value for m in _learn_modes()])
     le.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    le.add_argument("--end-to-end", action="store_true",
+                    help="instead: build each real model held out with --policy learned --gate learned and "
+                         "with the defaults, time both side by side, and put them beside the best plan "
+                         "the database measured")
+    le.add_argument("-o", "--output", default="artifacts/learn/end-to-end",
+                    help="--end-to-end: folder for the builds")
+    le.add_argument("--iterations", type=args_.count, default=20, help="--end-to-end: timed runs per bundle")
+    le.add_argument("--models", default=None,
+                    help="--end-to-end: only these models, comma-separated as the database names them")
     args_.add_options(le)
     le.set_defaults(func=_cmd_learn_eval)
     lg = lsub.add_parser("generate", help="seeded random graphs of deployed blocks (conv, matmul, attention, "
@@ -234,6 +247,8 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
     from aot.learn.train import ModeChoice
 
     data = load_dataset(Path(args.db), args_.build_options(args), progress=lambda s: print(s, file=sys.stderr))
+    if args.end_to_end:
+        return _end_to_end(args, data)
     result = evaluate.evaluate(data, ModeChoice(args.mode), progress=lambda s: print(s, file=sys.stderr))
     print(evaluate.render(result))
     if args.json:
@@ -246,6 +261,24 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
             "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores},
                           "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None}
                          for h in result.held_out]})
+    return 0
+
+
+def _end_to_end(args: argparse.Namespace, data: "Dataset") -> int:
+    import dataclasses
+
+    from aot.learn import end_to_end
+    from aot.learn.train import ModeChoice
+
+    work = args_.output_folder("-o/--output", args.output)
+    rows = end_to_end.run(data, args_.build_options(args), work, ModeChoice(args.mode), args.iterations,
+                          tuple(args.models.split(",")) if args.models else (),
+                          progress=lambda s: print(s, file=sys.stderr))
+    print(end_to_end.render(rows))
+    if args.json:
+        from aot.runtime.atomic import write_json
+
+        write_json(Path(args.json), {"end_to_end": [dataclasses.asdict(r) for r in rows]})
     return 0
 
 
