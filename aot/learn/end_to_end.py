@@ -19,7 +19,8 @@ from typing import Callable
 from aot.checks import reference, timing
 from aot.learn.dataset import Dataset
 from aot.learn.key import key_of
-from aot.learn.train import ModeChoice, TrainingError, fit
+from aot.learn.evaluate import leave_one_out
+from aot.learn.train import ModeChoice, fit
 from aot.options import BuildOptions
 from aot.partition.plan import GateMode, Plan
 from aot.partition.support import ACCEL
@@ -63,16 +64,8 @@ def run(data: Dataset, options: BuildOptions, work: Path, choice: ModeChoice = M
     ``work``, timed; in the database's order."""
     from aot import api, runtime
 
-    real = [g for g in data.graphs if not g.generated and (not only or g.model in only)]
-    if not real:
-        raise TrainingError("the database holds no real (non-generated) model to build",
-                            hint="collect a zoo model or your own (generated graphs only train)")
     rows = []
-    for g in real:
-        train = data.without(g.model)
-        if not train.graphs:
-            progress(f"eval  {g.model}: nothing left to train on, skipped")
-            continue
+    for g, train in leave_one_out(data, progress, only):
         out = work / _folder(g.model)
         shutil.rmtree(out, ignore_errors=True)
         model_file = out / "model.json"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -106,18 +106,26 @@ def best_class(g: GraphData) -> str:
     return "all-host" if devices == {HOST} else "all-accel" if devices == {ACCEL} else "mixed"
 
 
-def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Callable[[str], None] = lambda s: None,
-             estimators: int = 200) -> Evaluation:
-    real = [g for g in data.graphs if not g.generated]
+def leave_one_out(data: Dataset, progress: Callable[[str], None] = lambda s: None,
+                  only: tuple[str, ...] = ()) -> Iterator[tuple[GraphData, Dataset]]:
+    """Each real model of ``data`` (those in ``only``, if given) and the rest to train on;
+    generated graphs only ever train."""
+    real = [g for g in data.graphs if not g.generated and (not only or g.model in only)]
     if not real:
         raise TrainingError("the database holds no real (non-generated) model to hold out",
                             hint="collect a zoo model or your own (generated graphs only train)")
-    held = []
     for g in real:
         train = data.without(g.model)
-        if not train.graphs:
+        if train.graphs:
+            yield g, train
+        else:
             progress(f"eval  {g.model}: nothing left to train on, skipped")
-            continue
+
+
+def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Callable[[str], None] = lambda s: None,
+             estimators: int = 200) -> Evaluation:
+    held = []
+    for g, train in leave_one_out(data, progress):
         model = fit(train, choice, estimators)
         measured = np.array([p.total_us for p in g.plans])
         shapes = [p.shape for p in g.plans]
