@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host clean
+.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host learn-vulkan clean
 
 setup:
 	@bash scripts/setup.sh
@@ -86,8 +86,20 @@ learn-host: setup $(EXAMPLE)
 	$(AOT) learn generate -o artifacts/learn/gen --count 8 --seed 11
 	$(AOT) learn generate -o artifacts/learn/gen2 --count 8 --seed 12
 	$(AOT) learn collect $(EXAMPLE) $(LEARN_MODELS) artifacts/learn/gen/*.onnx artifacts/learn/gen2/*.onnx \
-		--accel none --host-decisions --perturbations 0 --iterations 20 --db $(LEARN_DB)
+		--accel none --host-decisions --mixed 12 --perturbations 0 --iterations 20 --db $(LEARN_DB)
 	$(AOT) learn eval --db $(LEARN_DB) --accel none --json artifacts/learn/eval-host.json
+
+# The lavapipe side: the zoo's candidate plans on Vulkan (a few per model: a lavapipe plan costs
+# seconds per run, PP-OCR-det's most), then each model held out and built with --policy learned
+# --gate learned beside the default build, timed (docs/learned.md). Resumable; ~60 minutes.
+LEARN_VULKAN_DB ?= artifacts/learn/vulkan.sqlite
+LEARN_VULKAN = --accel vulkan --iterations 5 --perturbations 4 --db $(LEARN_VULKAN_DB)
+learn-vulkan: setup $(EXAMPLE)
+	$(AOT) learn collect $(EXAMPLE) zoo:silero-vad zoo:mtcnn-pnet zoo:mtcnn-rnet zoo:mtcnn-onet zoo:ppocr-cls \
+		zoo:minilm zoo:ppocr-rec $(LEARN_VULKAN) --max-plans 12
+	$(AOT) learn collect zoo:ppocr-det $(LEARN_VULKAN) --max-plans 4
+	$(AOT) learn eval --db $(LEARN_VULKAN_DB) --accel vulkan --end-to-end --iterations 3 \
+		--json artifacts/learn/end-to-end.json
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache
