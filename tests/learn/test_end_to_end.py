@@ -44,3 +44,12 @@ def test_plans_are_described_by_where_their_regions_run():
     assert end_to_end.describe(single_region_plan(view, ACCEL)) == "all-accel"
     mixed = plan_from_groups(view, [Group(HOST, ("A",)), Group(ACCEL, ("B",)), Group(HOST, ("C",))], {})
     assert end_to_end.describe(mixed) == "3 regions, 1 on the accelerator"
+
+
+def test_the_table_compares_with_the_database_time_where_the_plan_was_collected():
+    row = end_to_end.EndToEnd(
+        "zoo:m", 7, end_to_end.Shipped("all-host", 300.0, 200.0), end_to_end.Shipped("all-accel", 90_000.0, None),
+        200.0, "all-host", "all-host (learned)")
+    line = end_to_end.render((row,)).splitlines()[-1]
+    assert "300 (database 200)" in line and "| 1.00 |" in line       # the collected plan: its database time
+    assert "| 450.00* |" in line                                      # not collected: timed now, marked
