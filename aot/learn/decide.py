@@ -26,7 +26,7 @@ from aot.frontend.graph import GraphView
 from aot.learn import db as costdb
 from aot.learn.features import GraphCodes, encode, node_features, shape_of
 from aot.learn.key import device_fingerprint, key_of
-from aot.learn.model import DEFAULT_MODEL, LearnedModel
+from aot.learn.model import LearnedModel, shipped_model
 from aot.partition import policies
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.partitioner import Partitioned, PartitionOptions, gate, partition, single_region_plan
@@ -77,9 +77,9 @@ def estimator(view: GraphView, popts: PartitionOptions, options: "BuildOptions")
     predict what was measured."""
     fingerprint = device_fingerprint(options)
     model, fallback = None, ""
-    path = options.cost_model or (DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None)
+    path = options.cost_model or shipped_model(fingerprint)
     if path is None:
-        fallback = "no learned model: none given (--cost-model) and none shipped"
+        fallback = f"no learned model: none given (--cost-model) and none shipped for {fingerprint!r}"
     else:
         model = LearnedModel.load(path)
         if (why := model.mismatch(fingerprint)) is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,7 +27,20 @@ from aot.learn.trees import Forest, ModelFileError
 
 MODEL_FORMAT = "aot-learned-model"
 MODEL_VERSION = 1
-DEFAULT_MODEL = Path(__file__).with_name("default_model.json")   # shipped only when its eval justifies it
+# Trained defaults, one per device fingerprint (``key.device_fingerprint``), each shipped only when
+# its evaluation justifies it (docs/learned.md); a build on other devices finds none.
+SHIPPED = Path(__file__).with_name("shipped")
+
+
+def shipped_path(fingerprint: str) -> Path:
+    """Where the default model for ``fingerprint``'s devices ships (whether or not one does)."""
+    return SHIPPED / (re.sub(r"[^A-Za-z0-9.-]+", "_", fingerprint) + ".json")
+
+
+def shipped_model(fingerprint: str) -> Path | None:
+    """The default model trained on ``fingerprint``'s devices, or None when none ships for them."""
+    path = shipped_path(fingerprint)
+    return path if path.is_file() else None
 
 
 class Mode(enum.Enum):

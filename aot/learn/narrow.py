@@ -21,7 +21,7 @@ import numpy as np
 from aot.frontend.graph import GraphView
 from aot.learn.features import encode, shape_of
 from aot.learn.key import device_fingerprint
-from aot.learn.model import DEFAULT_MODEL, LearnedModel
+from aot.learn.model import LearnedModel, shipped_model
 from aot.learn.trees import ModelFileError
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
@@ -37,11 +37,12 @@ def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: i
                     made: dict[str, Narrowing]) -> tuple[Choose | None, str]:
     """(choose, "") narrowing each host region's candidates to ``top`` (filling ``made``), or
     (None, why not)."""
-    path = options.cost_model or (DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None)
+    fingerprint = device_fingerprint(options)
+    path = options.cost_model or shipped_model(fingerprint)
     if path is None:
-        return None, "no learned model (--cost-model) and none shipped: every candidate is timed"
+        return None, f"no learned model (--cost-model) and none shipped for {fingerprint!r}: every candidate is timed"
     model = LearnedModel.load(path)
-    if (why := model.mismatch(device_fingerprint(options))) is not None:
+    if (why := model.mismatch(fingerprint)) is not None:
         return None, f"learned model {str(path)!r} not used: {why}; every candidate is timed"
     codes = encode(view, options.accel.backend if options.accel else None)
 

@@ -35,9 +35,9 @@ def _plan(path, **kw):
 
 
 @pytest.fixture(autouse=True)
-def _no_shipped_model(monkeypatch, tmp_path):
+def _no_shipped_model(monkeypatch):
     # Whether a default model ships must not change what these tests see.
-    monkeypatch.setattr(decide, "DEFAULT_MODEL", tmp_path / "no-default-model.json")
+    monkeypatch.setattr(decide, "shipped_model", lambda fingerprint: None)
 
 
 def test_without_a_model_the_learned_gate_uses_the_roofline_and_says_why(synthetic_db):

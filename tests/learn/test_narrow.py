@@ -137,3 +137,23 @@ def test_narrowing_regret_against_the_untuned_build_and_a_static_choice(tmp_path
     assert narrow_eval.narrowing(held, model, train, top=len(held.plans)) is None   # nothing to narrow
     both = narrow_eval.mean([score, score])
     assert both.candidates == 2 * score.candidates and both.learned == pytest.approx(0.2)
+
+
+def test_without_a_cost_model_the_one_shipped_for_these_devices_narrows(tmp_path, monkeypatch):
+    from aot.learn import model as learned_model, narrow
+
+    path, options = api.resolve(_conv_chain(tmp_path / "chain.onnx"), HOST_ONLY)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    plan = single_region_plan(planned.view, HOST)
+    here = device_fingerprint(options)
+    monkeypatch.setattr(learned_model, "SHIPPED", tmp_path / "shipped")
+    monkeypatch.setattr(narrow, "shipped_model", learned_model.shipped_model)
+    choose, why = learned_chooser(plan, planned.view, options, 3, {})
+    assert choose is None and f"none shipped for {here!r}" in why          # nothing ships for them yet
+    (tmp_path / "shipped").mkdir()
+    _model(learned_model.shipped_path(here), here)
+    made: dict = {}
+    choose, why = learned_chooser(plan, planned.view, options, 3, made)
+    assert choose is not None and why == ""
+    offered = candidates(options.host, region_families(planned.source, planned.view, plan.regions[0].nodes))
+    assert len(choose(plan.regions[0].name, offered)) == 3 and made[plan.regions[0].name].model == "test-model"
