@@ -77,7 +77,7 @@ soak: setup
 # The learned model's host database (docs/learned.md): every real model of the zoo and corpus but
 # the validation pair, plus 16 seeded generated graphs, through the host's cuts x flag sets x
 # runtimes; then the leave-one-out evaluation. Resumable (a plan measured before is skipped);
-# ~80 minutes on 2 cores; needs the [learn] extra for the evaluation.
+# ~105 minutes on 2 cores; needs the [learn] extra for the evaluation.
 LEARN_MODELS ?= zoo:mtcnn-pnet zoo:mtcnn-rnet zoo:mtcnn-onet zoo:silero-vad zoo:ppocr-cls zoo:ppocr-rec \
 	zoo:ppocr-det zoo:minilm corpus:magika corpus:oww-melspec corpus:oww-embedding corpus:lcnet-orientation \
 	corpus:minilm-l3 corpus:opennsfw-resnet50
@@ -91,7 +91,7 @@ learn-host: setup $(EXAMPLE)
 
 # The lavapipe side: the zoo's candidate plans on Vulkan (a few per model: a lavapipe plan costs
 # seconds per run, PP-OCR-det's most), then each model held out and built with --policy learned
-# --gate learned beside the default build, timed (docs/learned.md). Resumable; ~60 minutes.
+# --gate learned beside the default build, timed (docs/learned.md). Resumable; ~50 minutes.
 LEARN_VULKAN_DB ?= artifacts/learn/vulkan.sqlite
 LEARN_VULKAN = --accel vulkan --iterations 5 --perturbations 4 --db $(LEARN_VULKAN_DB)
 learn-vulkan: setup $(EXAMPLE)
