@@ -99,7 +99,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     le.add_argument("--json", default=None, help="also write the figures to this JSON file")
     le.add_argument("--end-to-end", action="store_true",
                     help="instead: build each real model held out with --policy learned --gate learned and "
-                         "with the defaults, time both side by side, and put them beside the best plan "
+                         "with the defaults, time each alone, and put them beside the best plan "
                          "the database measured")
     le.add_argument("-o", "--output", default="artifacts/learn/end-to-end",
                     help="--end-to-end: folder for the builds")

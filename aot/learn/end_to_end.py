@@ -40,7 +40,7 @@ class Shipped:
     """One build's plan and its measured time."""
 
     plan: str                  # "all-host", "all-accel" or "N regions, K on the accelerator"
-    median_us: float           # timed now, side by side with the other build
+    median_us: float           # timed now, alone (``_alone_ms``)
     database_us: float | None  # the same plan's time in the database, if it was collected
 
 
