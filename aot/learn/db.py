@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import sqlite3
 import statistics
 import time
@@ -135,9 +136,9 @@ class CostDatabase:
         self._db.close()
 
     def add(self, m: Measurement) -> int:
-        """Append one row (committed before this returns); its id."""
         """Append one row and its region times (one transaction, committed before this returns); its id."""
-        if not (m.total_us > 0 and all(r.median_us >= 0 for r in m.regions)):   # NaN fails too
+        if not (math.isfinite(m.total_us) and m.total_us > 0
+                and all(math.isfinite(r.median_us) and r.median_us >= 0 for r in m.regions)):
             raise CostDatabaseError(f"refusing a measurement of {m.model!r} with time {m.total_us!r} "
                                     f"(regions {[r.median_us for r in m.regions]})")
         if len({r.region for r in m.regions}) != len(m.regions):

@@ -14,12 +14,14 @@ measurement."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from aot.checks import reference, timing
+from aot.errors import AotError
 from aot.learn.dataset import Dataset
 from aot.learn.key import key_of
 from aot.learn.evaluate import leave_one_out
@@ -90,8 +92,8 @@ def run(data: Dataset, options: BuildOptions, work: Path, choice: ModeChoice = M
             return Shipped(describe(plan), round(ms * 1e3, 1), known.get(key_of(g.view, plan, data.fingerprint).key))
 
         gate = learned.plan.gate
-        verdict = ("no gate" if gate is None else
-                   f"{'partition' if gate.accepted else 'all-host'} ({gate.source.value if gate.source else 'roofline'})")
+        source = gate.source.value if gate is not None and gate.source else "roofline"
+        verdict = "no gate" if gate is None else f"{'partition' if gate.accepted else 'all-host'} ({source})"
         rows.append(EndToEnd(g.model, len(g.plans), shipped(learned.plan, times["learned"]),
                              shipped(default.plan, times["default"]), round(best.total_us, 1),
                              describe(best.plan), verdict))
@@ -103,8 +105,11 @@ def run(data: Dataset, options: BuildOptions, work: Path, choice: ModeChoice = M
 
 def _alone_ms(session: "Session | BucketedSession", inputs: dict[str, Any], iterations: int) -> float:
     with session:
-        return timing.medians_ms(timing.interleaved([("run", lambda: session.run(inputs))],
-                                                    timing.FAIR.with_counts(3, iterations)))["run"]
+        ms = timing.medians_ms(timing.interleaved([("run", lambda: session.run(inputs))],
+                                                  timing.FAIR.with_counts(3, iterations)))["run"]
+    if not (math.isfinite(ms) and ms > 0):
+        raise AotError(f"a bundle's median time is {ms} ms", hint="time it again")
+    return ms
 
 
 def _folder(model: str) -> str:

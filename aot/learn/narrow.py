@@ -63,7 +63,10 @@ def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: i
 
 
 def fastest(predicted: "Sequence[float] | np.ndarray", count: int) -> list[int]:
-    """The positions of the ``count`` lowest predictions, lowest first; a tie keeps the offered order."""
+    """The positions of the ``count`` lowest predictions, lowest first; a tie keeps the offered order.
+    A NaN would sort anywhere, so a non-finite prediction is refused."""
+    if not np.all(np.isfinite(np.asarray(predicted, dtype=float))):
+        raise ValueError("a prediction to choose from is not finite")
     return sorted(range(len(predicted)), key=lambda i: (predicted[i], i))[:count]
 
 

@@ -125,7 +125,8 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
 
 def _ratios(medians: dict[str, float]) -> dict[str, float]:
     return ({f"{a} / {ORT}": medians[a] / medians[ORT] for a in (DEFAULT, TUNED)}
-            | {f"{TUNED} / {ORT1}": medians[TUNED] / medians[ORT1], f"{TUNED} / {DEFAULT}": medians[TUNED] / medians[DEFAULT]})
+            | {f"{TUNED} / {ORT1}": medians[TUNED] / medians[ORT1],
+               f"{TUNED} / {DEFAULT}": medians[TUNED] / medians[DEFAULT]})
 
 
 Timed = tuple[dict[str, float], float]     # medians (ms) per contender, index checks (us per call)
@@ -137,6 +138,8 @@ def _timed_runs(time_once: Callable[[], Timed]) -> list[Timed]:
     runs = [time_once()]
     if min(runs[0][0].values()) < 1.0:
         runs += [time_once() for _ in range(SUB_MS_RUNS - 1)]
+    if not all(math.isfinite(ms) and ms > 0 for medians, _ in runs for ms in medians.values()):
+        raise AotError("a benchmark median is not a positive finite time", hint="time the model again")
     return sorted(runs, key=lambda r: r[0][TUNED] / r[0][ORT])
 
 

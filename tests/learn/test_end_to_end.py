@@ -53,3 +53,23 @@ def test_the_table_compares_with_the_database_time_where_the_plan_was_collected(
     line = end_to_end.render((row,)).splitlines()[-1]
     assert "300 (database 200)" in line and "| 1.00 |" in line       # the collected plan: its database time
     assert "| 450.00* |" in line                                      # not collected: timed now, marked
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_bundle_time_that_is_not_finite_is_an_error(bad, monkeypatch):
+    from aot.checks import timing
+    from aot.errors import AotError
+
+    class _Session:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def run(self, inputs):
+            return ()
+
+    monkeypatch.setattr(timing, "medians_ms", lambda times: {"run": bad})
+    with pytest.raises(AotError, match="median time"):
+        end_to_end._alone_ms(_Session(), {}, 1)

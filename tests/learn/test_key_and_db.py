@@ -84,6 +84,7 @@ def test_region_times_round_trip_and_a_region_is_found_across_rows(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [(costdb.RegionTime("r0", "accel", "d", float("nan")),),
+                                 (costdb.RegionTime("r0", "accel", "d", float("inf")),),
                                  (costdb.RegionTime("r0", "accel", "d", 1.0), costdb.RegionTime("r0", "host", "e", 2.0))])
 def test_a_row_with_a_bad_region_time_is_refused_whole(tmp_path, bad):
     with costdb.CostDatabase(tmp_path / "c.sqlite") as db:
@@ -92,7 +93,7 @@ def test_a_row_with_a_bad_region_time_is_refused_whole(tmp_path, bad):
         assert db.count() == 0 and db.region_count() == 0
 
 
-@pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0, float("inf") * 0])
+@pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0, float("inf") * 0, float("inf")])
 def test_a_meaningless_time_is_refused(tmp_path, bad):
     with costdb.CostDatabase(tmp_path / "c.sqlite") as db:
         with pytest.raises(costdb.CostDatabaseError):

@@ -157,3 +157,12 @@ def test_without_a_cost_model_the_one_shipped_for_these_devices_narrows(tmp_path
     assert choose is not None and why == ""
     offered = candidates(options.host, region_families(planned.source, planned.view, plan.regions[0].nodes))
     assert len(choose(plan.regions[0].name, offered)) == 3 and made[plan.regions[0].name].model == "test-model"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_the_fastest_predictions_refuse_a_non_finite_one(bad):
+    from aot.learn.narrow import fastest
+
+    assert fastest([3.0, 1.0, 2.0, 1.0], 3) == [1, 3, 2]     # lowest first, a tie in offered order
+    with pytest.raises(ValueError, match="not finite"):
+        fastest([3.0, bad, 2.0], 2)

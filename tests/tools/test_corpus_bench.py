@@ -66,3 +66,9 @@ def test_a_sub_millisecond_model_is_timed_three_times_and_reported_by_its_median
     text = corpus_bench.text({"machine": {"cpu": "cpu", "cores": 2}, "iterations": 30, "models": [row],
                               "geomean": {}})
     assert "tuned/ort over 3 runs: 1.20-3.00" in text
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0])
+def test_a_median_that_is_not_a_time_fails_the_row(bad):
+    with pytest.raises(AotError, match="not a positive finite time"):
+        corpus_bench._timed_runs(lambda: (_medians(2.0, bad), 1.0))
