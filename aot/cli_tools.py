@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from aot import cli_args as args_
 from aot.errors import AotError, UsageError
@@ -90,6 +90,9 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lt.add_argument("--mode", default="auto", choices=[m.value for m in _learn_modes()],
                     help="regions: region times through the lane simulation; plan: plan times directly; auto: "
                          "regions when the database holds enough region rows")
+    lt.add_argument("--with-generated", action="store_true",
+                    help="train on the generated graphs too (off: on this machine's host database they made "
+                         "the held-out models' picks worse, docs/learned.md)")
     args_.add_options(lt)
     lt.set_defaults(func=_cmd_learn_train)
     le = lsub.add_parser("eval", help="leave one real model out at a time: Kendall's tau and top-1 regret of the "
@@ -106,6 +109,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     le.add_argument("--iterations", type=args_.count, default=20, help="--end-to-end: timed runs per bundle")
     le.add_argument("--models", default=None,
                     help="--end-to-end: only these models, comma-separated as the database names them")
+    le.add_argument("--with-generated", action="store_true", help="train on the generated graphs too")
     args_.add_options(le)
     le.set_defaults(func=_cmd_learn_eval)
     lg = lsub.add_parser("generate", help="seeded random graphs of deployed blocks (conv, matmul, attention, "
@@ -222,14 +226,20 @@ def _learn_modes() -> list:
     return list(ModeChoice)
 
 
-def _cmd_learn_train(args: argparse.Namespace) -> int:
+def _training_data(args: argparse.Namespace, say: Callable[[str], None]) -> "Dataset":
     from aot.learn.dataset import load_dataset
+
+    data = load_dataset(Path(args.db), args_.build_options(args), progress=say)
+    return data if args.with_generated else data.real_only()
+
+
+def _cmd_learn_train(args: argparse.Namespace) -> int:
     from aot.learn.train import ModeChoice, fit
 
     def say(s: str) -> None:
         print(s, file=sys.stderr)
 
-    data = load_dataset(Path(args.db), args_.build_options(args), progress=say)
+    data = _training_data(args, say)
     for model, why in data.skipped:
         say(f"learn  skipped {model}: {why}")
     learned = fit(data, ModeChoice(args.mode))
@@ -243,10 +253,9 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
     import dataclasses
 
     from aot.learn import evaluate
-    from aot.learn.dataset import load_dataset
     from aot.learn.train import ModeChoice
 
-    data = load_dataset(Path(args.db), args_.build_options(args), progress=lambda s: print(s, file=sys.stderr))
+    data = _training_data(args, lambda s: print(s, file=sys.stderr))
     if args.end_to_end:
         return _end_to_end(args, data)
     result = evaluate.evaluate(data, ModeChoice(args.mode), progress=lambda s: print(s, file=sys.stderr))

@@ -65,6 +65,10 @@ class Dataset:
     def rows(self) -> int:
         return sum(p.rows for g in self.graphs for p in g.plans)
 
+    def real_only(self) -> "Dataset":
+        """Without the generated graphs (``aot learn train`` and ``eval`` unless --with-generated)."""
+        return dataclasses.replace(self, graphs=tuple(g for g in self.graphs if not g.generated))
+
     def without(self, model: str) -> "Dataset":
         return dataclasses.replace(self, graphs=tuple(g for g in self.graphs if g.model != model))
 

@@ -12,6 +12,7 @@ learning library installed.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import math
@@ -21,14 +22,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aot.frontend.graph import GraphView
+from aot.frontend.graph import GraphView, Node
 from aot.lower.flags import DECISIONS, default_opt_flags
 from aot.runtime.target import Target
 from aot.partition.cost import node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
 
-FEATURE_VERSION = 2     # bump when any vector below changes meaning: a model of another version is refused
+FEATURE_VERSION = 3     # bump when any vector below changes meaning: a model of another version is refused
 BUCKETS = 64
 WL_ITERATIONS = 2
 # What a region's compile flags decide, one bit each (lower/flags.py owns the spellings). Regions
@@ -36,12 +37,29 @@ WL_ITERATIONS = 2
 FLAG_BITS = DECISIONS
 # 1 where the plan runs its host regions on IREE's local-sync driver (the caller's thread).
 RUNTIME_SCALARS = ("local_sync",)
+
+
+class OpClass(enum.IntEnum):
+    """What a flag acts on: data tiling, im2col and channels-last change convolutions and matmuls,
+    and each kind differently. The hashed WL bins mix op types; these name them."""
+
+    CONV = 0
+    GROUPED_CONV = 1     # depthwise and other grouped convolutions (lowered channels-last on the host)
+    MATMUL = 2
+    OTHER = 3
+
+
+_MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum", "Attention"})
+# Per op class, its FLOP share and that share under each flag (a flag's effect depends on what it
+# compiles), and local-sync against the work's size (it wins on small models, loses on big ones).
+MIX_SCALARS = (*(f"share_{c.name.lower()}" for c in OpClass),
+               *(f"share_{c.name.lower()}_{name}" for c in OpClass for name, _ in FLAG_BITS), "local_sync_log_flops")
 REGION_SCALARS = ("accel", "flops", "bytes", "nodes", "compute_nodes", "in_bytes", "out_bytes",
-                  *(f"flag_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS)
+                  *(f"flag_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS, *MIX_SCALARS)
 # The flag bits of a plan are the host FLOP share compiled with each.
 PLAN_SCALARS = ("host_flops", "host_bytes", "host_nodes", "accel_flops", "accel_bytes", "accel_nodes",
                 "regions", "accel_regions", "hops", "crossing_bytes", "accel_flop_share",
-                *(f"host_share_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS)
+                *(f"host_share_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS, *MIX_SCALARS)
 NODE_SCALARS = ("accel_ok", "compute", "flops", "bytes", "graph_flops", "flop_share", "fanin", "fanout")
 REGION_DIM = len(REGION_SCALARS) + BUCKETS
 PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS
@@ -57,6 +75,7 @@ class GraphCodes:
     nbytes: np.ndarray                # per node
     compute: np.ndarray               # per node, bool
     accel_ok: np.ndarray              # per node, bool: the support table lets it run on the accelerator
+    op_class: np.ndarray              # per node, an OpClass value
     bins: np.ndarray                  # [nodes, BUCKETS]: counts of its WL subtree hashes per bin
 
     def index(self) -> dict[str, int]:
@@ -101,7 +120,15 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
         for i, name in enumerate(names):
             for h in (g.nodes[name]["label"], *hashes[name]):
                 bins[i, _bin(h)] += 1
-    return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok, bins)
+    return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok,
+                      np.array([op_class(n) for n in view.nodes], dtype=np.int64), bins)
+
+
+def op_class(node: Node) -> OpClass:
+    if node.op_type in ("Conv", "ConvTranspose"):
+        group = node.attr("group", 1)
+        return OpClass.GROUPED_CONV if isinstance(group, int) and group > 1 else OpClass.CONV
+    return OpClass.MATMUL if node.op_type in _MATMUL_OPS else OpClass.OTHER
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +164,7 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             np.log1p([codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx), codes.compute[idx].sum(),
                       in_bytes, out_bytes]),
             flag_bits(r.flags, r.device), [local_sync(plan) if r.device == HOST else 0.0],
+            _mix(codes, [(idx, flag_bits(r.flags, r.device))], local_sync(plan) if r.device == HOST else 0.0),
             np.log1p(codes.bins[idx].sum(axis=0))]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
@@ -172,9 +200,23 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], hops: int
             # FLOP-weighted, plus one per region so a region of no FLOPs still counts a little.
             flag_share += flag_bits(r.flags, r.device) * (codes.flops[[at[n] for n in r.nodes]].sum() + 1.0)
     flag_share /= host_flops + sum(r.device == HOST for r in plan.regions) or 1.0
+    host = [([at[n] for n in r.nodes], flag_bits(r.flags, r.device)) for r in plan.regions if r.device == HOST]
     return np.concatenate([np.log1p(per), np.log1p([len(plan.regions), accel_regions, hops, crossing]), [share],
-                           flag_share, [local_sync(plan)],
+                           flag_share, [local_sync(plan)], _mix(codes, host, local_sync(plan)),
                            np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0))])
+
+
+def _mix(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], sync: float) -> np.ndarray:
+    """``MIX_SCALARS`` over ``parts`` (each: node indices and the flag bits they compile with):
+    each op class's share of the parts' FLOPs, alone and under each flag."""
+    total = sum(float(codes.flops[idx].sum()) for idx, _ in parts)
+    share = np.zeros(len(OpClass))
+    under = np.zeros((len(OpClass), len(FLAG_BITS)))
+    for idx, bits in parts:
+        per_class = np.bincount(codes.op_class[idx], weights=codes.flops[idx], minlength=len(OpClass)) / (total or 1.0)
+        share += per_class
+        under += np.outer(per_class, bits)
+    return np.concatenate([share, under.ravel(), [sync * math.log1p(total)]])
 
 
 def flag_bits(flags: tuple[str, ...] | None, device: Device) -> np.ndarray:

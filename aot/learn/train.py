@@ -23,6 +23,10 @@ from aot.learn.trees import Forest, from_sklearn
 
 MIN_REGION_ROWS = 40     # fewer region rows than this: predict plan times directly (Mode.PLAN)
 SEED = 0
+# The cost model averages this many boosted forests, each on its own seeded subsample. With a
+# dozen real models, one forest's picks moved with its seed alone (host eval: top-1 regret
+# 72-128%, --tune-top regret 6-9% over seeds 0-2); the average moves less (docs/learned.md).
+BAG = 3
 
 
 class ModeChoice(enum.Enum):
@@ -93,9 +97,13 @@ def fit(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, estimators: int = 2
 
 
 def _regressor(ensemble: Any, x: np.ndarray, y: np.ndarray, estimators: int) -> Forest:
-    model = ensemble.GradientBoostingRegressor(n_estimators=estimators, max_depth=3, learning_rate=0.05,
-                                               subsample=0.8 if len(y) >= 20 else 1.0, random_state=SEED)
-    return from_sklearn(model.fit(x, y), x)
+    """``BAG`` seeded forests as one: their mean is the mean base plus every tree at rate / BAG."""
+    bag = BAG if len(y) >= 20 else 1      # without subsampling every seed fits the same forest
+    forests = [from_sklearn(ensemble.GradientBoostingRegressor(
+        n_estimators=estimators, max_depth=3, learning_rate=0.05, subsample=0.8 if bag > 1 else 1.0,
+        random_state=SEED + i).fit(x, y), x) for i in range(bag)]
+    return Forest(float(np.mean([f.base for f in forests])), forests[0].rate / bag, forests[0].features,
+                  tuple(t for f in forests for t in f.trees))
 
 
 def _transfer_fit(data: Dataset) -> tuple[float, float]:

@@ -114,6 +114,27 @@ def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
     unpinned = shape_of(a.unpinned(), planned.view, codes)
     assert np.array_equal(unpinned.regions, sa.regions)
     assert len(FLAG_BITS) == sum(n.startswith("flag_") for n in REGION_SCALARS)
+    # What each flag compiles: the convolutions' FLOP share, alone and under data tiling.
+    conv = REGION_SCALARS.index("share_conv")
+    conv_tiled, conv_plan = REGION_SCALARS.index("share_conv_data_tiling"), PLAN_SCALARS.index("share_conv_data_tiling")
+    assert 0.5 < sa.regions[0, conv] < 1.0
+    assert sa.regions[0, conv] + sa.regions[0, REGION_SCALARS.index("share_other")] == pytest.approx(1.0)
+    assert (sa.regions[0, conv_tiled], sb.regions[0, conv_tiled]) == (0.0, sb.regions[0, conv])
+    assert (sa.plan[conv_plan], sb.plan[conv_plan]) == (0.0, sb.plan[PLAN_SCALARS.index("share_conv")])
+    sized = REGION_SCALARS.index("local_sync_log_flops")
+    assert sb.regions[0, sized] == 0.0 and sc.regions[0, sized] > 1.0
+
+
+def test_op_classes_tell_grouped_convolutions_and_matmuls_apart():
+    from aot.frontend.graph import Node
+    from aot.learn.features import OpClass, op_class
+
+    def node(op, **attrs):
+        return Node("n", op, ("x", "w"), ("y",), tuple(attrs.items()))
+
+    assert op_class(node("Conv")) is OpClass.CONV and op_class(node("Conv", group=1)) is OpClass.CONV
+    assert op_class(node("Conv", group=32)) is OpClass.GROUPED_CONV
+    assert op_class(node("Gemm")) is OpClass.MATMUL and op_class(node("Relu")) is OpClass.OTHER
 
 
 @pytest.mark.device   # compiles with IREE (llvm-cpu) and times on the host
