@@ -90,14 +90,18 @@ learn-host: setup $(EXAMPLE)
 	$(AOT) learn eval --db $(LEARN_DB) --accel none --json artifacts/learn/eval-host.json
 
 # The lavapipe side: the zoo's candidate plans on Vulkan (a few per model: a lavapipe plan costs
-# seconds per run, PP-OCR-det's most), then each model held out and built with --policy learned
-# --gate learned beside the default build, timed (docs/learned.md). Resumable; ~50 minutes.
+# seconds per run, PP-OCR-det's most; then more boundary perturbations for the seven models whose
+# plans cost least, up to 16-24 plans each), then each model held out and built with --policy
+# learned --gate learned beside the default build, timed (docs/learned.md). Resumable; ~95 minutes.
 LEARN_VULKAN_DB ?= artifacts/learn/vulkan.sqlite
 LEARN_VULKAN = --accel vulkan --iterations 5 --perturbations 4 --db $(LEARN_VULKAN_DB)
 learn-vulkan: setup $(EXAMPLE)
 	$(AOT) learn collect $(EXAMPLE) zoo:silero-vad zoo:mtcnn-pnet zoo:mtcnn-rnet zoo:mtcnn-onet zoo:ppocr-cls \
 		zoo:minilm zoo:ppocr-rec $(LEARN_VULKAN) --max-plans 12
 	$(AOT) learn collect zoo:ppocr-det $(LEARN_VULKAN) --max-plans 4
+	$(AOT) learn collect $(EXAMPLE) zoo:silero-vad zoo:mtcnn-rnet zoo:mtcnn-pnet zoo:mtcnn-onet $(LEARN_VULKAN) \
+		--perturbations 40 --max-plans 16
+	$(AOT) learn collect zoo:ppocr-cls zoo:minilm $(LEARN_VULKAN) --perturbations 40 --max-plans 14
 	$(AOT) learn eval --db $(LEARN_VULKAN_DB) --accel vulkan --end-to-end --iterations 3 \
 		--json artifacts/learn/end-to-end.json
 
