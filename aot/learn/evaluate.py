@@ -1,5 +1,6 @@
-"""``aot learn eval``: leave one real model out at a time, fit on the rest (generated graphs
-included: they only ever train), and score the held-out model's measured plans.
+"""``aot learn eval``: leave one real model out at a time, fit on the rest (generated graphs,
+when the data holds them, only ever train: the command leaves them out unless --with-generated),
+and score the held-out model's measured plans.
 
 Per held-out model: Kendall's tau-b between predicted and measured plan times, and the top-1
 regret (measured time of the predicted-best plan over the measured best, minus one), for the

@@ -4,8 +4,9 @@ Unlike the exact key (``key.py``), these are meant to generalise: a node's label
 with its FLOPs and bytes bucketed on a log2 scale, and its Weisfeiler-Lehman subtree hashes over
 those labels (the node's neighbourhood up to ``WL_ITERATIONS`` hops, both directions) are hashed
 into ``BUCKETS`` bins. A region is the histogram of its nodes' bins plus its FLOPs, bytes, node
-counts and boundary bytes; a plan (``Mode.PLAN`` models) the same per device plus the global
-figures: regions, transfers and the bytes crossing devices. All numbers go through ``log1p`` so
+counts and boundary bytes, and what its flags compile: each op class's FLOP share, alone and
+under each flag (``MIX_SCALARS``); a plan (``Mode.PLAN`` models) the same per device plus the
+global figures: regions, transfers and the bytes crossing devices. All numbers go through ``log1p`` so
 a tree splits on orders of magnitude. Pure numpy and networkx: a build evaluates these with no
 learning library installed.
 """

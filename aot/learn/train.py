@@ -3,8 +3,9 @@
 
 Targets are ``log1p`` of microseconds: plans of one model differ by orders of magnitude here
 (a host plan in milliseconds, a lavapipe one in a second), and a squared error on raw times
-would fit only the slowest plans. Ranking objectives (TpuGraphs) are not used yet: with a few
-plans per graph a pairwise loss has little to rank.
+would fit only the slowest plans. Ranking objectives (TpuGraphs) are not used: a pairwise
+classifier over plan pairs was tried on the host database and ranked worse than these trees
+(docs/learned.md).
 """
 
 from __future__ import annotations
