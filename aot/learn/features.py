@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from aot.frontend.graph import GraphView, Node
+from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.lower.flags import DECISIONS, default_opt_flags
 from aot.runtime.target import Target
 from aot.partition.cost import node_bytes, node_flops
@@ -50,7 +51,10 @@ class OpClass(enum.IntEnum):
     OTHER = 3
 
 
-_MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum", "Attention"})
+# In ONNX's vocabulary: a torch op is read as the ONNX op it computes like (``ONNX_EQUIVALENT``,
+# as ``partition/cost.node_flops`` reads it).
+_CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
+_MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum", "Attention", ATTENTION})
 # Per op class, its FLOP share and that share under each flag (a flag's effect depends on what it
 # compiles), and local-sync against the work's size (it wins on small models, loses on big ones).
 MIX_SCALARS = (*(f"share_{c.name.lower()}" for c in OpClass),
@@ -122,14 +126,26 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
             for h in (g.nodes[name]["label"], *hashes[name]):
                 bins[i, _bin(h)] += 1
     return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok,
-                      np.array([op_class(n) for n in view.nodes], dtype=np.int64), bins)
+                      np.array([op_class(n, view) for n in view.nodes], dtype=np.int64), bins)
 
 
-def op_class(node: Node) -> OpClass:
-    if node.op_type in ("Conv", "ConvTranspose"):
-        group = node.attr("group", 1)
-        return OpClass.GROUPED_CONV if isinstance(group, int) and group > 1 else OpClass.CONV
-    return OpClass.MATMUL if node.op_type in _MATMUL_OPS else OpClass.OTHER
+def op_class(node: Node, view: GraphView) -> OpClass:
+    op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
+    if op in _CONV_OPS:
+        return OpClass.GROUPED_CONV if _grouped(node, op, view) else OpClass.CONV
+    return OpClass.MATMUL if op in _MATMUL_OPS else OpClass.OTHER
+
+
+def _grouped(node: Node, op: str, view: GraphView) -> bool:
+    """A ``group`` attribute over 1, or (any front end) weights [Cout, Cin/group, k...] that see
+    fewer channels than the input [N, Cin, ...] has (a transposed convolution's weights are
+    [Cin, Cout/group, k...]: its attribute alone decides)."""
+    group = node.attr("group", 1)
+    if isinstance(group, int) and group > 1:
+        return True
+    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
+    x, w = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)
+    return bool(x and w and len(x) > 1 and len(w) > 1 and op != "ConvTranspose" and w[1] < x[1])
 
 
 @dataclass(frozen=True, slots=True)

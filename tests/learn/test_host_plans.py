@@ -125,16 +125,25 @@ def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
     assert sb.regions[0, sized] == 0.0 and sc.regions[0, sized] > 1.0
 
 
-def test_op_classes_tell_grouped_convolutions_and_matmuls_apart():
-    from aot.frontend.graph import Node
+def test_op_classes_tell_grouped_convolutions_and_matmuls_apart_in_either_front_ends_words():
+    from aot.frontend.graph import GraphView, Node, Value
     from aot.learn.features import OpClass, op_class
 
-    def node(op, **attrs):
-        return Node("n", op, ("x", "w"), ("y",), tuple(attrs.items()))
+    def classify(op, weights=(32, 32, 3, 3), **attrs):
+        node = Node("n", op, ("x",), ("y",), tuple(attrs.items()), const_inputs=("w",))
+        view = GraphView.build([node], ["x"], ["y"], {"x": Value("x", shape=(1, 32, 8, 8)),
+                                                      "w": Value("w", shape=weights)})
+        return op_class(node, view)
 
-    assert op_class(node("Conv")) is OpClass.CONV and op_class(node("Conv", group=1)) is OpClass.CONV
-    assert op_class(node("Conv", group=32)) is OpClass.GROUPED_CONV
-    assert op_class(node("Gemm")) is OpClass.MATMUL and op_class(node("Relu")) is OpClass.OTHER
+    assert classify("Conv") is OpClass.CONV and classify("Conv", group=1) is OpClass.CONV
+    assert classify("Conv", weights=(32, 1, 3, 3), group=32) is OpClass.GROUPED_CONV
+    # torch spells the op aten.*, and its groups are not an attribute: the weights tell.
+    assert classify("aten.conv2d") is OpClass.CONV
+    assert classify("aten.conv2d", weights=(32, 1, 3, 3)) is OpClass.GROUPED_CONV
+    # A transposed convolution's weights are [Cin, Cout/group, k...]: only its attribute counts.
+    assert classify("ConvTranspose", weights=(32, 8, 2, 2)) is OpClass.CONV
+    assert classify("Gemm") is OpClass.MATMUL and classify("aten.linear") is OpClass.MATMUL
+    assert classify("Relu") is OpClass.OTHER and classify("aten.relu") is OpClass.OTHER
 
 
 @pytest.mark.device   # compiles with IREE (llvm-cpu) and times on the host

@@ -233,8 +233,8 @@ def test_the_train_and_eval_commands(synthetic_db, tmp_path):
     assert model.mode is Mode.REGIONS and model.policy is not None
     assert (dict(model.summary)["graphs"], dict(model.summary)["generated"]) == ("2", "0")
     run_aot("learn", "train", "--db", database, "--accel", "vulkan", "-o", str(out), "--with-generated")
-    assert (dict(LearnedModel.load(out).summary)["graphs"], dict(LearnedModel.load(out).summary)["generated"]) \
-        == ("3", "1")
+    summary = dict(LearnedModel.load(out).summary)
+    assert (summary["graphs"], summary["generated"]) == ("3", "1")
     figures = tmp_path / "eval.json"
     ev = run_aot("learn", "eval", "--db", database, "--accel", "vulkan", "--json", str(figures))
     assert "always all-host" in ev.stdout and "fitted roofline" in ev.stdout
