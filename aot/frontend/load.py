@@ -20,6 +20,7 @@ from aot.errors import ModelError
 from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.conv1d import decompose_short_conv1ds
 from aot.frontend.conv_transpose import decompose_strided_conv_transposes
+from aot.frontend.pixel_conv_bias import split_pixel_conv_biases
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
@@ -82,8 +83,10 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     ``cpu_conv_rewrites``: rewrite the convolutions IREE's CPU code runs slowly into what it runs
     well: non-overlapping transposed ones as a matmul and a pixel shuffle
     (``frontend/conv_transpose.py``), 1-D ones with few outputs as a matmul over their windows
-    (``frontend/conv1d.py``). Depthwise ones are lowered channels-last after outlining, in every
-    host region (``lower/depthwise.py``).
+    (``frontend/conv1d.py``); and the bias of a Conv with a one-pixel output (squeeze-excitation)
+    added after it, which avoids an IREE 3.13 im2col failure (``frontend/pixel_conv_bias.py``).
+    Depthwise ones are lowered channels-last after outlining, in every host region
+    (``lower/depthwise.py``).
     """
     path = Path(path)
     raw = _read(path)
@@ -108,8 +111,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model, folded = _simplify(model, path)
     model, legalized = _legalize(model, path)
     _require_static_outputs(model)
-    # Two IREE 3.13 bugs avoided; for the CPU, two kinds of convolution rewritten.
-    cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds)
+    # Two IREE 3.13 bugs avoided; for the CPU, two kinds of convolution rewritten and a third bug avoided.
+    cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds, split_pixel_conv_biases)
                   if cpu_conv_rewrites else ())
     passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
     workarounds = run_sequence(model, passes, after_change=lambda m: _check_and_infer(m, path))
