@@ -171,12 +171,14 @@ class TuneCandidate:
 
 @dataclass(frozen=True, slots=True)
 class Narrowing:
-    """``--tune-top``: the learned model's prediction for every candidate a region was offered;
-    only ``kept`` were compiled and timed (learn/narrow.py)."""
+    """``--tune-top``: how often each candidate a region was offered won on the learned model's
+    training graphs, and its predicted time; only ``kept`` were compiled and timed (learn/narrow.py)."""
 
     model: str                                              # the model's training-set digest
     predicted: tuple[tuple[str, float], ...] = field(as_map=True)   # flag set -> predicted plan us
     kept: tuple[str, ...] = ()
+    # flag set -> training graphs it was fastest on (empty in records written before wins counted)
+    wins: tuple[tuple[str, int], ...] = field(as_map=True, default=())
 
 
 @dataclass(frozen=True, slots=True)

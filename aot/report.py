@@ -217,9 +217,12 @@ def tuning_text(m: Manifest, rec: BuildRecord) -> str:
         lines.append(f"  {r.name}: {t.winner} {_us(t.best_us)} vs default {_us(t.default_us)} ({speed}) on {t.device}")
         lines.append(f"      flags: {' '.join(r.flags) or '(none)'}")
         if t.narrowed is not None:
-            left = [f"{name} {_us(us)}" for name, us in t.narrowed.predicted if name not in t.narrowed.kept]
-            lines.append(f"      --tune-top: timed {len(t.narrowed.kept)} of {len(t.narrowed.predicted)}; the learned model "
-                         f"({t.narrowed.model[:12]}) predicted the others slower: {', '.join(left)}"[:400])
+            wins = dict(t.narrowed.wins)
+            left = [f"{name} {wins.get(name, 0)}/{_us(us)}" for name, us in t.narrowed.predicted
+                    if name not in t.narrowed.kept]
+            lines.append(f"      --tune-top: timed {len(t.narrowed.kept)} of {len(t.narrowed.predicted)}; the others won "
+                         f"less often in the learned model's training ({t.narrowed.model[:12]}) or, as often, were "
+                         f"predicted slower (wins/predicted): {', '.join(left)}"[:400])
         for c in t.candidates:
             note = c.rejected or (f"pruned after {c.timed_calls} timed calls: far behind the best" if c.pruned(t) else "")
             lines.append(f"      {c.name:28s} {_us(c.median_us):>12s}  {note}"[:220])

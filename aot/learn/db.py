@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import math
 import sqlite3
 import statistics
@@ -167,12 +168,14 @@ class CostDatabase:
         """Rows per key: a collection asked for ``repeats`` measurements tops each key up to that."""
         return dict(self._db.execute("SELECT key, COUNT(*) FROM measurements GROUP BY key").fetchall())
 
-    def region_lookup(self, nodes_digest: str, device: str, fingerprint: str) -> Hit | None:
-        """The median time of a region (by digest) on ``device`` over every row of ``fingerprint``."""
-        rows = self._db.execute(
-            "SELECT t.row_id, t.median_us FROM region_times t JOIN measurements m ON m.id = t.row_id "
+    def region_lookup(self, nodes_digest: str, device: str, fingerprint: str, compiler: str | None = None) -> Hit | None:
+        """The median time of a region (by digest) on ``device`` over every row of ``fingerprint``
+        (and, given ``compiler``, of rows whose code that iree-base-compiler version made)."""
+        rows = [(row_id, us) for row_id, us, versions in self._db.execute(
+            "SELECT t.row_id, t.median_us, m.versions FROM region_times t JOIN measurements m ON m.id = t.row_id "
             "WHERE t.nodes_digest = ? AND t.device = ? AND m.fingerprint = ? ORDER BY t.row_id",
-            (nodes_digest, device, fingerprint)).fetchall()
+            (nodes_digest, device, fingerprint))
+            if compiler is None or _compiler(versions) == compiler]
         if not rows:
             return None
         return Hit(statistics.median(r[1] for r in rows), tuple(dict.fromkeys(r[0] for r in rows)))
@@ -194,6 +197,14 @@ class CostDatabase:
 
     def region_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM region_times").fetchone()[0])
+
+
+def _compiler(versions: str) -> str | None:
+    try:
+        found = json.loads(versions).get("iree-base-compiler")
+    except (ValueError, AttributeError):
+        return None
+    return str(found) if found is not None else None
 
 
 @contextlib.contextmanager

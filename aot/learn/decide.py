@@ -4,7 +4,10 @@ only: the model is JSON trees (``trees.py``), the database SQLite from the stand
 A plan's cost comes from the best source at hand: the cost database when this exact plan was
 measured on these devices (its key, ``key.plan_key``: a hit is never predicted again), else the
 learned model's prediction, else the hand-set roofline (no model, or a model trained on other
-devices: ``LearnedModel.mismatch``; the gate's record says which and why).
+devices: ``LearnedModel.mismatch``; the gate's record says which and why). A region-time model
+(``Mode.REGIONS``) takes each region the database measured in another plan (the same subgraph,
+device and flags: ``key.region_digest``, by this compiler) at its measured median instead of its
+prediction; where every region was measured, the plan's cost is theirs through the lanes.
 
 The proposer: the model's per-node probability of "accelerator" is swept at a few thresholds;
 each threshold's host labels go through the one partitioning pipeline (merge, judgment,
@@ -25,8 +28,9 @@ from aot.errors import AotError
 from aot.frontend.graph import GraphView
 from aot.learn import db as costdb
 from aot.learn.features import GraphCodes, encode, node_features, shape_of
-from aot.learn.key import device_fingerprint, key_of
-from aot.learn.model import LearnedModel, shipped_model
+from aot.learn.key import compiler_version, device_fingerprint, key_of, region_digest
+from aot.learn.model import LearnedModel, Mode, shipped_model
+from aot.lower.flags import default_opt_flags
 from aot.partition import policies
 from aot.partition.cost import CostModel, plan_cost
 from aot.partition.partitioner import Partitioned, PartitionOptions, gate, partition, single_region_plan
@@ -57,6 +61,7 @@ class Estimator:
     database: Path | None
     fingerprint: str
     roofline: CostModel
+    default_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()   # device -> its unpinned regions' flags
 
     def cost(self, plan: Plan) -> Costed:
         if self.database is not None:
@@ -66,9 +71,30 @@ class Estimator:
             if hit is not None:
                 return Costed(hit.total_us, CostSource.DATABASE, hit.row_ids)
         if self.model is not None:
-            return Costed(self.model.plan_us(shape_of(plan, self.view, self.codes)), CostSource.LEARNED)
+            measured, rows = self._measured_regions(plan)
+            us = self.model.plan_us(shape_of(plan, self.view, self.codes), measured)
+            whole = len(measured) == len(plan.schedule)
+            return Costed(us, CostSource.REGIONS if whole else CostSource.LEARNED, rows)
         groups = {r.name: Group(r.device, r.nodes) for r in plan.regions}
         return Costed(plan_cost(groups, self.view, self.roofline, plan.schedule).total_us, CostSource.ROOFLINE)
+
+    def _measured_regions(self, plan: Plan) -> tuple[dict[int, float], tuple[int, ...]]:
+        """Schedule position -> the database's median for that region, and the rows behind them."""
+        if self.database is None or self.model is None or self.model.mode is not Mode.REGIONS:
+            return {}, ()
+        defaults, compiler = dict(self.default_flags), compiler_version()
+        measured: dict[int, float] = {}
+        rows: list[int] = []
+        with costdb.CostDatabase(self.database) as db:
+            for i, name in enumerate(plan.schedule):
+                r = plan.region(name)
+                flags = r.flags if r.flags is not None else defaults.get(r.device.value, ())
+                hit = db.region_lookup(region_digest(self.view, r.nodes, r.device.value, flags), r.device.value,
+                                       self.fingerprint, compiler)
+                if hit is not None:
+                    measured[i] = hit.total_us
+                    rows += hit.row_ids
+        return measured, tuple(dict.fromkeys(rows))
 
 
 def estimator(view: GraphView, popts: PartitionOptions, options: "BuildOptions") -> Estimator:
@@ -87,8 +113,10 @@ def estimator(view: GraphView, popts: PartitionOptions, options: "BuildOptions")
     if options.cost_db is not None and not Path(options.cost_db).is_file():
         raise costdb.CostDatabaseError(f"no cost database at {str(options.cost_db)!r}",
                                        hint="give the file `aot learn collect --db` wrote, or leave --cost-db out")
+    defaults = ((HOST.value, default_opt_flags(options.host)),
+                *(((ACCEL.value, default_opt_flags(options.accel)),) if options.accel else ()))
     return Estimator(view, encode(view, popts.accel_target), model, fallback, options.cost_db, fingerprint,
-                     CostModel.load(popts.accel_target, popts.cost_params))
+                     CostModel.load(popts.accel_target, popts.cost_params), defaults)
 
 
 def candidates(est: Estimator, popts: PartitionOptions) -> list[tuple[str, Plan]]:

@@ -138,7 +138,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
         }
         scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured), topk_regret(v, measured, 3)))
                        for k, v in predictions.items())
-        held.append(HeldOut(g.model, len(g.plans), scores, narrowing(g, model, train)))
+        held.append(HeldOut(g.model, len(g.plans), scores, narrowing(g, model)))
         progress(f"eval  {g.model}: {len(g.plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
     classes: dict[str, int] = {}
     for g in data.graphs:
@@ -199,8 +199,8 @@ def render(e: Evaluation) -> str:
     narrowed = [(h.model, h.narrowed) for h in e.held_out if h.narrowed is not None]
     if narrowed:
         lines += ["", f"--tune-top {TOP} on the whole-model flag sets (regret against timing every set):",
-                  "held-out model".ljust(34) + "sets    untuned  learned top-3  static top-3"]
+                  "held-out model".ljust(34) + "sets    untuned  predicted top-3  --tune-top (wins, then predicted)"]
         for model, n in (*narrowed, ("mean", mean([n for _, n in narrowed]))):
-            lines.append(f"{model[-33:]:34}{n.candidates:4}  {100 * n.untuned:8.1f}%  {100 * n.learned:12.1f}%  "
-                         f"{100 * n.static:11.1f}%")
+            lines.append(f"{model[-33:]:34}{n.candidates:4}  {100 * n.untuned:8.1f}%  {100 * n.predicted:14.1f}%  "
+                         f"{100 * n.tune_top:11.1f}%")
     return "\n".join(lines)

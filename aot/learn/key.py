@@ -103,7 +103,7 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
     context = hashlib.sha256(json.dumps({
         "flags": [_flags(flags or {}, name) for name in schedule], "host_runtime": host_runtime,
         "fingerprint": fingerprint, "key_version": KEY_VERSION, "networkx": nx.__version__,
-        "compiler": _version("iree-base-compiler"), "aot": _aot_version(),
+        "compiler": compiler_version(), "aot": _aot_version(),
     }, sort_keys=True).encode()).hexdigest()[:32]
     return PlanKey(graph, context, hashlib.sha256(f"{graph}/{context}".encode()).hexdigest()[:40])
 
@@ -139,6 +139,11 @@ def region_digest(view: GraphView, nodes: tuple[str, ...], device: str, flags: t
     sub = GraphView.build(members, inputs, outputs, view.values, view.constants)
     graph = graph_hash(sub, {n: device for n in inside}, {n: 0 for n in inside})
     return hashlib.sha256(json.dumps([graph, device, list(flags), KEY_VERSION]).encode()).hexdigest()[:32]
+
+
+def compiler_version() -> str:
+    """The iree-base-compiler that compiles this build's code (as a bundle's toolchain names it)."""
+    return _version("iree-base-compiler")
 
 
 def _version(package: str) -> str:

@@ -6,7 +6,8 @@ the runtime's own rule for what overlaps) plus a fitted cost per value crossing 
 byte crossing. ``Mode.PLAN``: the trees predict the plan's end-to-end time directly from the
 plan's features; ``aot learn train`` falls back to it when the database holds too few region rows
 to fit the first. The proposer is a second forest: a node's log-odds of running best on the
-accelerator. The file carries the device fingerprint its timings came from, its training set's
+accelerator. Beside them, how often each whole-model flag set won on the training graphs
+(``tuner_wins``: which sets ``--tune-top`` times first, learn/narrow.py). The file carries the device fingerprint its timings came from, its training set's
 digest and the versions that made it; a build on other devices does not use it (``mismatch``).
 """
 
@@ -18,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -59,9 +60,15 @@ class LearnedModel:
     training_set: str                 # digest of the rows it was fitted on
     versions: tuple[tuple[str, str], ...]
     summary: tuple[tuple[str, str], ...] = ()   # what it was trained on, for people
+    # narrow.flag_key of a whole-model flag set -> how many training graphs it was fastest on
+    tuner_wins: tuple[tuple[tuple[str, ...], int], ...] = ()
 
-    def plans_us(self, shapes: Sequence[PlanShape]) -> np.ndarray:
-        """Predicted end-to-end microseconds of each plan."""
+    def wins(self, key: tuple[str, ...]) -> int:
+        return dict(self.tuner_wins).get(key, 0)
+
+    def plans_us(self, shapes: Sequence[PlanShape], measured: Sequence[Mapping[int, float]] = ()) -> np.ndarray:
+        """Predicted end-to-end microseconds of each plan. ``measured`` (REGIONS mode): per plan,
+        region position -> a time measured for that region, used in place of its prediction."""
         if not shapes:
             return np.zeros(0)
         if self.mode is Mode.PLAN:
@@ -69,14 +76,17 @@ class LearnedModel:
         stacked = np.concatenate([s.regions for s in shapes])
         times = np.maximum(np.expm1(self.cost.raw(stacked)), 0.0)
         out, at = [], 0
-        for s in shapes:
+        for i, s in enumerate(shapes):
             n = len(s.names)
-            out.append(lane_time(s, times[at:at + n]) + self.hop_us * s.hops + self.us_per_byte * s.crossing_bytes)
+            mine = times[at:at + n].copy()
+            for j, us in (measured[i] if i < len(measured) else {}).items():
+                mine[j] = us
+            out.append(lane_time(s, mine) + self.hop_us * s.hops + self.us_per_byte * s.crossing_bytes)
             at += n
         return np.array(out)
 
-    def plan_us(self, shape: PlanShape) -> float:
-        return float(self.plans_us([shape])[0])
+    def plan_us(self, shape: PlanShape, measured: Mapping[int, float] | None = None) -> float:
+        return float(self.plans_us([shape], [measured or {}])[0])
 
     def accel_probability(self, nodes: np.ndarray) -> np.ndarray:
         if self.policy is None:
@@ -94,7 +104,8 @@ class LearnedModel:
                 "mode": self.mode.value, "fingerprint": self.fingerprint, "training_set": self.training_set,
                 "versions": dict(self.versions), "summary": dict(self.summary),
                 "transfer": {"hop_us": self.hop_us, "us_per_byte": self.us_per_byte},
-                "cost": self.cost.to_json(), "policy": self.policy.to_json() if self.policy else None}
+                "cost": self.cost.to_json(), "policy": self.policy.to_json() if self.policy else None,
+                "tuner_wins": [[list(k), n] for k, n in self.tuner_wins]}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LearnedModel":
@@ -118,7 +129,8 @@ class LearnedModel:
                 raise ValueError("non-finite transfer cost")
             return cls(mode, cost, hop, per_byte, policy, str(data["fingerprint"]), str(data["training_set"]),
                        tuple((str(k), str(v)) for k, v in dict(data["versions"]).items()),
-                       tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()))
+                       tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()),
+                       _tuner_wins(data.get("tuner_wins") or []))
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError) as e:
@@ -146,3 +158,16 @@ class LearnedModel:
             raise ModelFileError(f"learned model {where} is not JSON ({e})",
                                  hint="the file is damaged: retrain it with `aot learn train`") from e
         return cls.from_json(data, where)
+
+
+def _tuner_wins(rows: Any) -> tuple[tuple[tuple[str, ...], int], ...]:
+    """[[flags, count], ...] as the model keeps it; a malformed row is a ValueError (from_json
+    names the file)."""
+    out = []
+    for row in rows:
+        flags, count = row
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) \
+                or not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"tuner_wins row {row!r} is not [[flag, ...], count >= 0]")
+        out.append((tuple(flags), count))
+    return tuple(out)

@@ -1,11 +1,15 @@
-"""``--tune-top K``: the learned cost model picks which flag sets the tuner compiles and times.
+"""``--tune-top K``: the learned model picks which flag sets the tuner compiles and times.
 
 A full flag search compiles every candidate (12 on a convolution region) and times each; on a
-large model that is minutes. A cost model trained on measured host decisions (``aot learn
-collect --host-decisions``, ``aot learn train``) predicts each candidate's whole-plan time; only
-the default (the baseline every winner is measured against) and the K-1 predicted fastest others
-are compiled and timed. The measurement still decides: a wrong prediction costs speed the search
-could have found, never correctness. Numpy only, like every build-side use of the model.
+large model that is minutes. Only the default (the baseline every winner is measured against)
+and K-1 others are compiled and timed: the sets that won most often on the model's training
+graphs (``LearnedModel.tuner_wins``, from measured host decisions: ``aot learn collect
+--host-decisions``, ``aot learn train``) first, and among sets that won equally often (or
+never) the ones the cost model predicts fastest. Ranking by the prediction alone lost more on
+held-out models than ranking by past wins (docs/learned.md: 14.4% against 7.6% of the best set's
+time); the prediction breaks the ties the counts leave. The measurement still decides: a wrong
+choice costs speed the search could have found, never correctness. Numpy only, like every
+build-side use of the model.
 
 The model must have been trained on this build's devices (``LearnedModel.mismatch``); otherwise,
 or without a model, the search is not narrowed and the progress line says why.
@@ -23,6 +27,7 @@ from aot.learn.features import encode, shape_of
 from aot.learn.key import device_fingerprint
 from aot.learn.model import LearnedModel, shipped_model
 from aot.learn.trees import ModelFileError
+from aot.lower.flags import IM2COL
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
 from aot.record import Narrowing
@@ -54,20 +59,31 @@ def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: i
         if not np.all(np.isfinite(us)):   # a NaN would sort anywhere: no choice is made on it
             raise ModelFileError(f"learned model {str(path)!r} predicts a non-finite time for region {region!r}",
                                  hint="retrain it with `aot learn train`, or leave --tune-top out")
-        kept = (offered[0], *(offered[1 + i] for i in fastest(us[1:], top - 1)))
+        wins = [model.wins(flag_key(s.flags)) for s in offered[1:]]
+        kept = (offered[0], *(offered[1 + i] for i in fastest(us[1:], top - 1, wins)))
         made[region] = Narrowing(model.training_set, tuple((s.name, float(u)) for s, u in zip(offered, us)),
-                                 tuple(s.name for s in kept))
+                                 tuple(s.name for s in kept),
+                                 tuple((s.name, model.wins(flag_key(s.flags))) for s in offered))
         return kept
 
     return choose, ""
 
 
-def fastest(predicted: "Sequence[float] | np.ndarray", count: int) -> list[int]:
-    """The positions of the ``count`` lowest predictions, lowest first; a tie keeps the offered order.
-    A NaN would sort anywhere, so a non-finite prediction is refused."""
+def fastest(predicted: "Sequence[float] | np.ndarray", count: int, wins: Sequence[int] | None = None) -> list[int]:
+    """The positions of the ``count`` sets to time, in order: the most ``wins`` first (none given:
+    all equal), then the lowest prediction; a tie keeps the offered order. A NaN would sort
+    anywhere, so a non-finite prediction is refused."""
     if not np.all(np.isfinite(np.asarray(predicted, dtype=float))):
         raise ValueError("a prediction to choose from is not finite")
-    return sorted(range(len(predicted)), key=lambda i: (predicted[i], i))[:count]
+    won = wins if wins is not None else [0] * len(predicted)
+    return sorted(range(len(predicted)), key=lambda i: (-won[i], predicted[i], i))[:count]
+
+
+def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """A flag set's identity on any model, for counting wins across models: its flags sorted,
+    without the convolution base every conv region's sets carry (IM2COL: a no-op without
+    convolutions); no flags at all is its own set."""
+    return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
 
 
 def _with_flags(plan: Plan, region: str, flag_set: FlagSet) -> Plan:

@@ -44,7 +44,8 @@ class CostSource(enum.Enum):
     """Where a learned gate's numbers came from, best first."""
 
     DATABASE = "database"      # the plan was measured before: the cost database's median (row ids kept)
-    LEARNED = "learned"        # the learned cost model's prediction
+    REGIONS = "database regions"   # every region measured in other plans: their medians through the lanes
+    LEARNED = "learned"        # the learned cost model's prediction (with any region measured before in place)
     ROOFLINE = "roofline"      # the hand-set roofline: no model, or one trained on other devices
 
 

@@ -200,3 +200,54 @@ def test_the_learned_policy_without_a_model_keeps_the_greedy_plan_and_says_why(s
     g = planned.plan.gate
     assert "learned policy chose greedy" in g.detail and "the proposer needs one" in g.detail
     assert g.source is CostSource.ROOFLINE and "no learned model" in g.fallback
+
+
+def _region_rows(database, planned, options, times: dict[str, float], compiler: str):
+    """One row of another plan whose regions are ``times``' regions of ``planned.plan``, under
+    the digests a build computes for them (its device's default flags), by ``compiler``."""
+    from aot.learn.db import Measurement, RegionTime
+    from aot.learn.key import device_fingerprint, region_digest
+    from aot.lower.flags import default_opt_flags
+
+    flags = {HOST: default_opt_flags(options.host), ACCEL: default_opt_flags(options.accel)}
+    regions = tuple(RegionTime(name, planned.plan.region(name).device.value,
+                               region_digest(planned.view, planned.plan.region(name).nodes,
+                                             planned.plan.region(name).device.value,
+                                             flags[planned.plan.region(name).device]), us)
+                    for name, us in times.items())
+    with CostDatabase(database) as db:
+        return db.add(Measurement("another plan", "g", "m", "d", "{}", device_fingerprint(options),
+                                  json.dumps({"iree-base-compiler": compiler}), 1.0, regions))
+
+
+def test_regions_measured_in_other_plans_replace_their_predictions(synthetic_db, trained_model, tmp_path):
+    from aot.learn.key import compiler_version
+
+    planned = _plan(synthetic_db[1][0], gate=GateMode.OFF)
+    model, options = api.resolve(synthetic_db[1][0], _options(cost_model=trained_model))
+    plan = planned.plan
+    assert len(plan.schedule) >= 2
+    first, *rest = plan.schedule
+
+    def cost(database):
+        est = decide.estimator(planned.view, options.partition_options(),
+                               dataclasses.replace(options, cost_db=database))
+        return est.cost(plan)
+
+    predicted = cost(CostDatabase(tmp_path / "empty.sqlite").path)
+    assert predicted.source is CostSource.LEARNED and not predicted.rows
+    # One region measured (slower than anything predicted): the plan's cost moves, still "learned".
+    one = tmp_path / "one.sqlite"
+    row = _region_rows(one, planned, options, {first: 5e6}, compiler_version())
+    partly = cost(one)
+    assert partly.source is CostSource.LEARNED and partly.rows == (row,) and partly.us >= 5e6 > predicted.us
+    # Every region measured: their medians through the lanes.
+    every = tmp_path / "every.sqlite"
+    row = _region_rows(every, planned, options, {name: 7e6 for name in plan.schedule}, compiler_version())
+    whole = cost(every)
+    assert whole.source is CostSource.REGIONS and whole.rows == (row,) and whole.us >= 7e6
+    # Another compiler's code is another region: predicted again.
+    old = tmp_path / "old.sqlite"
+    _region_rows(old, planned, options, {name: 7e6 for name in plan.schedule}, "0.0.1")
+    again = cost(old)
+    assert again.source is CostSource.LEARNED and not again.rows and again.us == pytest.approx(predicted.us)

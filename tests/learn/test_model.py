@@ -90,7 +90,8 @@ def _tiny_model(fingerprint: str = "fp", mode: Mode = Mode.PLAN) -> LearnedModel
     x = rng.normal(size=(50, width))
     y = np.abs(x[:, 0]) + 1
     cost = from_sklearn(sklearn.GradientBoostingRegressor(n_estimators=5).fit(x, y), x)
-    return LearnedModel(mode, cost, 1.0, 0.0, None, fingerprint, "digest", (("aot", "test"),))
+    return LearnedModel(mode, cost, 1.0, 0.0, None, fingerprint, "digest", (("aot", "test"),),
+                        tuner_wins=((("--a", "--b"), 3), (("(no optimisation flags)",), 1)))
 
 
 def test_model_file_round_trip_and_clear_errors(tmp_path):
@@ -98,6 +99,7 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
     path = m.save(tmp_path / "model.json")
     again = LearnedModel.load(path)
     assert again == dataclass_eq(again, m)
+    assert again.tuner_wins == m.tuner_wins and again.wins(("--a", "--b")) == 3 and again.wins(("--c",)) == 0
     with pytest.raises(ModelFileError, match=r"missing\.json.*") as e:
         LearnedModel.load(tmp_path / "missing.json")
     assert "aot learn train" in e.value.hint
@@ -112,6 +114,12 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(data))
     with pytest.raises(ModelFileError, match="999"):
         LearnedModel.load(tmp_path / "old.json")
+    for bad in ([["--a"], -1], [["--a"], 1.5], ["--a", 1], [[3], 1], [["--a"]]):
+        data = json.loads(path.read_text())
+        data["tuner_wins"] = [bad]
+        (tmp_path / "wins.json").write_text(json.dumps(data))
+        with pytest.raises(ModelFileError, match=r"wins\.json': malformed learned model"):
+            LearnedModel.load(tmp_path / "wins.json")
     assert m.mismatch("fp") is None and "trained on 'fp'" in m.mismatch("other devices")
 
 

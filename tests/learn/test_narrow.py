@@ -10,12 +10,13 @@ import pytest
 from aot import api
 from aot.errors import AotError
 from aot.learn import narrow_eval
-from aot.learn.dataset import Dataset, GraphData, MeasuredPlan
+from aot.learn.dataset import GraphData, MeasuredPlan
 from aot.learn.features import PLAN_DIM, PLAN_SCALARS, encode, node_features, shape_of
 from aot.learn.host_plans import host_plans
 from aot.learn.key import device_fingerprint
 from aot.learn.model import LearnedModel, Mode
-from aot.learn.narrow import learned_chooser
+from aot.learn.narrow import flag_key, learned_chooser
+from aot.lower.flags import IM2COL
 from aot.learn.trees import Forest, Tree
 from aot.frontend.source import region_families
 from aot.options import BuildOptions
@@ -37,10 +38,10 @@ def _stump(feature: str, faster_by: float) -> Tree:
                 left=np.array([1, -1, -1]), right=np.array([2, -1, -1]), value=np.array([0.0, 0.0, -faster_by]))
 
 
-def _model(path, fingerprint: str) -> LearnedModel:
+def _model(path, fingerprint: str, wins: tuple = ()) -> LearnedModel:
     """O2 predicted much faster, data tiling a little: the ranking is known in advance."""
     cost = Forest(7.0, 1.0, PLAN_DIM, (_stump("host_share_O2", 3.0), _stump("host_share_data_tiling", 1.0)))
-    model = LearnedModel(Mode.PLAN, cost, 0.0, 0.0, None, fingerprint, "test-model", ())
+    model = LearnedModel(Mode.PLAN, cost, 0.0, 0.0, None, fingerprint, "test-model", (), tuner_wins=wins)
     model.save(path)
     return model
 
@@ -62,8 +63,28 @@ def test_the_default_and_the_predicted_fastest_are_kept(tmp_path):
     assert narrowing.kept == tuple(s.name for s in kept) and narrowing.model == "test-model"
     assert [n for n, _ in narrowing.predicted] == [s.name for s in offered]
     assert all(np.isfinite(us) and us > 0 for _, us in narrowing.predicted)
+    assert all(n == 0 for _, n in narrowing.wins)          # this model counted no wins
     # Fewer candidates than K: nothing to narrow.
     assert choose(plan.regions[0].name, offered[:2]) == offered[:2]
+
+
+def test_the_sets_that_won_most_in_training_come_before_the_prediction(tmp_path):
+    """``O3`` won on two training graphs: it is timed though predicted slow; the prediction fills
+    the rest (``channels-last+data-tiling``: O2 and data tiling, predicted fastest)."""
+    path, options = api.resolve(_conv_chain(tmp_path / "chain.onnx"), HOST_ONLY)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    plan = single_region_plan(planned.view, HOST)
+    offered = candidates(options.host, region_families(planned.source, planned.view, plan.regions[0].nodes))
+    o3 = next(s for s in offered if s.name == "O3")
+    _model(tmp_path / "model.json", device_fingerprint(options), wins=((flag_key(o3.flags), 2),))
+    made: dict = {}
+    choose, _ = learned_chooser(plan, planned.view, dataclasses.replace(options, cost_model=tmp_path / "model.json"),
+                                3, made)
+    assert choose is not None
+    assert [s.name for s in choose(plan.regions[0].name, offered)] == ["default", "O3", "channels-last+data-tiling"]
+    assert dict(made[plan.regions[0].name].wins)["O3"] == 2
+    # The key forgets the convolution base and the order: one set has one key on any model.
+    assert flag_key(o3.flags) == flag_key(tuple(reversed([f for f in o3.flags if f != IM2COL])))
 
 
 def test_a_model_that_predicts_nan_is_refused_by_name(tmp_path, monkeypatch):
@@ -125,18 +146,22 @@ def _graph(tmp_path, name: str, times: dict[str, float]):
     return GraphData(name, False, planned.view, codes, node_features(planned.view, codes), tuple(plans))
 
 
-def test_narrowing_regret_against_the_untuned_build_and_a_static_choice(tmp_path):
+def test_narrowing_regret_against_the_untuned_build_and_the_prediction_alone(tmp_path):
     held = _graph(tmp_path, "held", {"default": 100.0, "data-tiling": 50.0, "channels-last+data-tiling": 60.0})
-    train = Dataset((_graph(tmp_path, "train", {"data-tiling": 10.0}),), "fp", ())
-    model = _model(tmp_path / "model.json", "fp")     # predicts the sets with O2 and data tiling fastest
-    score = narrow_eval.narrowing(held, model, train, top=3)
+    train = (_graph(tmp_path, "train", {"data-tiling": 10.0}), _graph(tmp_path, "train2", {"O3": 10.0}),
+             _graph(tmp_path, "train3", {"data-tiling": 20.0}))
+    wins = narrow_eval.tuner_wins(train)
+    assert [n for _, n in wins] == [2, 1]                      # data tiling won twice, O3 once
+    # predicts the sets with O2 and data tiling fastest; counted the training graphs' wins
+    model = _model(tmp_path / "model.json", "fp", wins)
+    score = narrow_eval.narrowing(held, model, top=3)
     assert score is not None and score.candidates == len(held.plans) > 3
     assert score.untuned == pytest.approx(1.0)                 # the default's 100 us against the best, 50
-    assert score.learned == pytest.approx(0.2)                 # it timed channels-last+data-tiling: 60 us
-    assert score.static == pytest.approx(0.0)                  # data tiling won in training: it is timed
-    assert narrow_eval.narrowing(held, model, train, top=len(held.plans)) is None   # nothing to narrow
+    assert score.predicted == pytest.approx(0.2)               # it timed channels-last+data-tiling: 60 us
+    assert score.tune_top == pytest.approx(0.0)                # data tiling won most in training: it is timed
+    assert narrow_eval.narrowing(held, model, top=len(held.plans)) is None   # nothing to narrow
     both = narrow_eval.mean([score, score])
-    assert both.candidates == 2 * score.candidates and both.learned == pytest.approx(0.2)
+    assert both.candidates == 2 * score.candidates and both.predicted == pytest.approx(0.2)
 
 
 def test_without_a_cost_model_the_one_shipped_for_these_devices_narrows(tmp_path, monkeypatch):
