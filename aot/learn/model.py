@@ -7,8 +7,9 @@ byte crossing. ``Mode.PLAN``: the trees predict the plan's end-to-end time direc
 plan's features; ``aot learn train`` falls back to it when the database holds too few region rows
 to fit the first. The proposer is a second forest: a node's log-odds of running best on the
 accelerator. Beside them, how often each whole-model flag set won on the training graphs
-(``tuner_wins``: which sets ``--tune-top`` times first, learn/narrow.py). The file carries the device fingerprint its timings came from, its training set's
-digest and the versions that made it; a build on other devices does not use it (``mismatch``).
+(``tuner_wins``: which sets ``--tune-top`` times first, learn/narrow.py). The file carries the
+device fingerprint its timings came from, its training set's digest and the versions that made
+it; a build on other devices does not use it (``mismatch``).
 """
 
 from __future__ import annotations
