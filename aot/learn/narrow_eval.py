@@ -3,11 +3,10 @@
 The tuner's candidates for a whole-model host build are the model's one-region plans with pinned
 flags on the default runtime (``host_plans.py`` collects every set the tuner offers). A full
 search times them all and keeps the fastest; ``--tune-top K`` times the default and K-1 others.
-A choice's regret is the best of its K over the best of all, minus one. Four choices on the same
+A choice's regret is the best of its K over the best of all, minus one. Three choices on the same
 plans: the untuned build (the default alone), the cost model's prediction alone (the K-1
-predicted fastest), the training graphs' wins alone (the K-1 sets that won most often, the
-prediction ordering equal counts), and what ``--tune-top`` does (the two rankings in turn:
-``narrow.chosen``)."""
+predicted fastest), and what ``--tune-top`` does (the K-1 sets that won most often on the
+training graphs, the prediction ordering equal counts: ``narrow.fastest`` with the wins)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import numpy as np
 
 from aot.learn.dataset import GraphData, MeasuredPlan
 from aot.learn.model import LearnedModel
-from aot.learn.narrow import chosen, fastest, flag_key
+from aot.learn.narrow import fastest, flag_key
 from aot.lower.flags import default_opt_flags
 from aot.partition.support import HOST
 from aot.runtime.target import Target
@@ -32,8 +31,7 @@ class NarrowScore:
     candidates: int        # flag sets measured for the whole model on the default runtime
     untuned: float         # regret of the default flags alone
     predicted: float       # regret of the default + the model's K-1 predicted fastest
-    wins: float            # regret of the default + the K-1 sets that won most often in training
-    tune_top: float        # regret of what --tune-top times: the two rankings in turn
+    tune_top: float        # regret of what --tune-top times: most training wins, then prediction
 
 
 def tuner_plans(g: GraphData) -> dict[tuple[str, ...], MeasuredPlan]:
@@ -71,9 +69,9 @@ def narrowing(g: GraphData, model: LearnedModel, top: int = TOP) -> NarrowScore 
         return float(min(times[k] for k in [default, *(others[i] for i in kept)]) / best - 1.0)
 
     return NarrowScore(len(plans), regret([]), regret(fastest(predicted, top - 1)),
-                       regret(fastest(predicted, top - 1, wins)), regret(chosen(predicted, top - 1, wins)))
+                       regret(fastest(predicted, top - 1, wins)))
 
 
 def mean(scores: list[NarrowScore]) -> NarrowScore:
     return NarrowScore(int(np.sum([s.candidates for s in scores])),
-                       *(float(np.mean([getattr(s, f) for s in scores])) for f in ("untuned", "predicted", "wins", "tune_top")))
+                       *(float(np.mean([getattr(s, f) for s in scores])) for f in ("untuned", "predicted", "tune_top")))
