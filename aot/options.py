@@ -297,8 +297,9 @@ class BuildOptions:
         "the mixed-flag plan only when a whole run measures faster than the best single flag set",
         metavar="N", parse=lambda t: _group_count(t, "--tune-segments")))
     tune_top: int = option(0, Flag(
-        "--tune-top", "with --tune: compile and time only the default and the K-1 flag sets the learned cost model "
-        "(--cost-model, trained on this machine's host decisions) predicts fastest per host region (default: every set)",
+        "--tune-top", "with --tune: compile and time only the default and K-1 flag sets per host region: those that won "
+        "most often in the learned model's training (--cost-model, trained on this machine's host decisions), then "
+        "those it predicts fastest (default: every set)",
         metavar="K", parse=lambda t: _positive(t, "--tune-top"), commands=frozenset({"build", "tune"})))
     tune_repeats: int = option(20, Flag(
         "--tune-repeats", "timed calls per tuning candidate (warm medians, interleaved)", metavar="N",
