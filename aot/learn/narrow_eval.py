@@ -11,8 +11,8 @@ training graphs, the prediction ordering equal counts: ``narrow.fastest`` with t
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
