@@ -64,36 +64,35 @@ class Estimator:
     default_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()   # device -> its unpinned regions' flags
 
     def cost(self, plan: Plan) -> Costed:
+        measured: dict[int, float] = {}
+        rows: tuple[int, ...] = ()
         if self.database is not None:
-            key = key_of(self.view, plan, self.fingerprint)
             with costdb.CostDatabase(self.database) as db:
-                hit = db.lookup(key.key)
-            if hit is not None:
-                return Costed(hit.total_us, CostSource.DATABASE, hit.row_ids)
+                hit = db.lookup(key_of(self.view, plan, self.fingerprint).key)
+                if hit is not None:
+                    return Costed(hit.total_us, CostSource.DATABASE, hit.row_ids)
+                if self.model is not None and self.model.mode is Mode.REGIONS:
+                    measured, rows = self._measured_regions(plan, db)
         if self.model is not None:
-            measured, rows = self._measured_regions(plan)
             us = self.model.plan_us(shape_of(plan, self.view, self.codes), measured)
             whole = len(measured) == len(plan.schedule)
             return Costed(us, CostSource.REGIONS if whole else CostSource.LEARNED, rows)
         groups = {r.name: Group(r.device, r.nodes) for r in plan.regions}
         return Costed(plan_cost(groups, self.view, self.roofline, plan.schedule).total_us, CostSource.ROOFLINE)
 
-    def _measured_regions(self, plan: Plan) -> tuple[dict[int, float], tuple[int, ...]]:
+    def _measured_regions(self, plan: Plan, db: costdb.CostDatabase) -> tuple[dict[int, float], tuple[int, ...]]:
         """Schedule position -> the database's median for that region, and the rows behind them."""
-        if self.database is None or self.model is None or self.model.mode is not Mode.REGIONS:
-            return {}, ()
         defaults, compiler = dict(self.default_flags), compiler_version()
         measured: dict[int, float] = {}
         rows: list[int] = []
-        with costdb.CostDatabase(self.database) as db:
-            for i, name in enumerate(plan.schedule):
-                r = plan.region(name)
-                flags = r.flags if r.flags is not None else defaults.get(r.device.value, ())
-                hit = db.region_lookup(region_digest(self.view, r.nodes, r.device.value, flags), r.device.value,
-                                       self.fingerprint, compiler)
-                if hit is not None:
-                    measured[i] = hit.total_us
-                    rows += hit.row_ids
+        for i, name in enumerate(plan.schedule):
+            r = plan.region(name)
+            flags = r.flags if r.flags is not None else defaults.get(r.device.value, ())
+            hit = db.region_lookup(region_digest(self.view, r.nodes, r.device.value, flags), r.device.value,
+                                   self.fingerprint, compiler)
+            if hit is not None:
+                measured[i] = hit.total_us
+                rows += hit.row_ids
         return measured, tuple(dict.fromkeys(rows))
 
 

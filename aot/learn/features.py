@@ -27,7 +27,7 @@ from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.lower.flags import DECISIONS, default_opt_flags
 from aot.runtime.target import Target
-from aot.partition.cost import node_bytes, node_flops
+from aot.partition.cost import CONV_OPS, node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
 
@@ -53,7 +53,6 @@ class OpClass(enum.IntEnum):
 
 # In ONNX's vocabulary: a torch op is read as the ONNX op it computes like (``ONNX_EQUIVALENT``,
 # as ``partition/cost.node_flops`` reads it).
-_CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 _MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum", "Attention", ATTENTION})
 # Per op class, its FLOP share and that share under each flag (a flag's effect depends on what it
 # compiles), and local-sync against the work's size (it wins on small models, loses on big ones).
@@ -131,7 +130,7 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
 
 def op_class(node: Node, view: GraphView) -> OpClass:
     op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
-    if op in _CONV_OPS:
+    if op in CONV_OPS:
         return OpClass.GROUPED_CONV if _grouped(node, op, view) else OpClass.CONV
     return OpClass.MATMUL if op in _MATMUL_OPS else OpClass.OTHER
 

@@ -60,11 +60,10 @@ def learned_chooser(plan: Plan, view: GraphView, options: "BuildOptions", top: i
         if not np.all(np.isfinite(us)):   # a NaN would sort anywhere: no choice is made on it
             raise ModelFileError(f"learned model {str(path)!r} predicts a non-finite time for region {region!r}",
                                  hint="retrain it with `aot learn train`, or leave --tune-top out")
-        wins = [model.wins(flag_key(s.flags)) for s in offered[1:]]
-        kept = (offered[0], *(offered[1 + i] for i in fastest(us[1:], top - 1, wins)))
+        wins = [model.wins(flag_key(s.flags)) for s in offered]
+        kept = (offered[0], *(offered[1 + i] for i in fastest(us[1:], top - 1, wins[1:])))
         made[region] = Narrowing(model.training_set, tuple((s.name, float(u)) for s, u in zip(offered, us)),
-                                 tuple(s.name for s in kept),
-                                 tuple((s.name, model.wins(flag_key(s.flags))) for s in offered))
+                                 tuple(s.name for s in kept), tuple((s.name, n) for s, n in zip(offered, wins)))
         return kept
 
     return choose, ""

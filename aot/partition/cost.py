@@ -16,6 +16,8 @@ from aot.partition.support import ACCEL, HOST, Device, Group
 from aot.runtime import lanes
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
+# The convolutions, in ONNX's vocabulary (a torch op is read through ONNX_EQUIVALENT).
+CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ def node_flops(node: Node, view: GraphView) -> int:
     if out is None:
         return 0
     op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
-    if op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") and len(ins) > 1 and ins[1]:
+    if op in CONV_OPS and len(ins) > 1 and ins[1]:
         w = ins[1]  # [Cout, Cin/group, k...]: every output element costs Cin/group * prod(k) MACs
         per = prod(w[1:]) if op != "ConvTranspose" else prod(w[2:]) * w[0] // max(w[1], 1)
         return 2 * _numel(out) * per
