@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot.checks.compare import assert_close
 from aot import runtime
 from aot.checks import reference
-from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError
+from aot.errors import BundleError, CompileError, DeviceError, RuntimeInputError, UsageError
 from aot.lower import flags
 from aot.options import BuildOptions
 from aot.pipeline import build
@@ -136,14 +136,30 @@ def test_corrupt_bundle_is_refused(vulkan_bundle, tmp_path):
     assert proc.returncode == 1 and proc.stderr.startswith("ERROR: ")
 
 
-def test_accelerator_compile_failure_falls_back_to_host_and_is_recorded(example_model, tmp_path):
-    # An unknown Vulkan arch crashes iree-compile outright: the build survives, the region moves.
-    result = build(example_model, tmp_path / "fb", BuildOptions(accel=Target.parse("vulkan:no_such_gpu")))
+def test_accelerator_compile_failure_falls_back_to_host_and_is_recorded(example_model, tmp_path, monkeypatch):
+    # A Vulkan compile that fails (an option iree-compile refuses): the build survives, the region moves.
+    real = flags.compile_flags
+    monkeypatch.setattr(flags, "compile_flags", lambda target, keep_f64=False, opt=None: (
+        *real(target, keep_f64, opt), *(() if target.is_host else ("--iree-no-such-option",))))
+    result = build(example_model, tmp_path / "fb", BuildOptions(accel=VULKAN))
     how = next(r for r in result.bundle.record.regions if r.planned_device == "accel")
     region = result.bundle.manifest.region(how.name)
     assert region.target.backend == "llvm-cpu"
-    assert "Unknown Vulkan target 'no_such_gpu'" in how.fallback
+    assert "iree-no-such-option" in how.fallback
     golden(result.bundle.path, example_model)
+
+
+@pytest.mark.parametrize("accel, words", [("vulkan:no_such_gpu", "has no vulkan-spirv target 'no_such_gpu'"),
+                                          ("cuda:sm_90", "has no cuda target 'sm_90'")])
+def test_an_accelerator_arch_iree_does_not_know_stops_the_build(example_model, tmp_path, accel, words):
+    # Falling back region by region would put the whole model on the host without a word.
+    out = tmp_path / "keep"
+    build(example_model, out, BuildOptions(accel=None))
+    before = (out / "bundle" / "manifest.json").read_bytes()
+    with pytest.raises(UsageError, match=words) as info:
+        build(example_model, out, BuildOptions(accel=Target.parse(accel)))
+    assert "pick" in info.value.hint
+    assert (out / "bundle" / "manifest.json").read_bytes() == before
 
 
 def test_host_compile_failure_is_a_compile_error_and_keeps_the_old_bundle(example_model, tmp_path, monkeypatch):

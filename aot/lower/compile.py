@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from aot.errors import AotError, CompileError
+from aot.errors import AotError, CompileError, UsageError
 from aot.lower import flags, footprint
 from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
                                 iree_compile_path)
@@ -17,6 +17,18 @@ from aot.runtime.manifest import file_sha256
 from aot.runtime.target import Target
 
 COMPILE_TIMEOUT_S = 900          # host compiles: nothing to fall back to, so be patient
+
+# iree-compile's words for an accelerator arch it does not know (IREE 3.13: --accel cuda:sm_90,
+# vulkan:foo). No region can build for such a target, so falling back region by region would
+# quietly put the whole model on the host: the build stops instead.
+UNKNOWN_TARGET = ("Unknown CUDA target", "Unknown Vulkan target", "missing GPU target in #hal.executable.target")
+TARGET_HINTS = {
+    "cuda": "pick an arch this IREE knows (3.13: sm_60 to sm_89, sm_120, or names such as ampere and ada). "
+            "It has no Hopper (sm_90) target: build for sm_80, whose PTX the driver compiles for Hopper "
+            "when the bundle loads (measured on an H100, docs/performance.md)",
+    "vulkan-spirv": "pick a --vulkan-target this IREE knows (llvmpipe for Mesa lavapipe, or a GPU family "
+                    "such as ampere, rdna3, valhall)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,7 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
     them (im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu). A host compile failure
     after that raises CompileError (there is nothing left to fall back to)."""
     results = compile_many(jobs, cache, accel_timeout=accel_timeout, executor=executor)
+    _refuse_unknown_target(jobs, results)
     plain = {i: replace(j, opt=()) for i, (j, r) in enumerate(zip(jobs, results))
              if isinstance(r, CompileError) and j.opt is None and flags.default_opt_flags(j.target)}
     if plain:
@@ -83,6 +96,14 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
             raise r
         compiled.append(r)
     return tuple(compiled)
+
+
+def _refuse_unknown_target(jobs: Sequence[CompileJob], results: Sequence[CompiledRegion | CompileError]) -> None:
+    for job, result in zip(jobs, results):
+        if isinstance(result, CompileError) and any(words in result.stderr_tail for words in UNKNOWN_TARGET):
+            raise UsageError(f"iree-compile {compiler_version()} has no {job.target.backend} target "
+                             f"{job.target.arch!r}: {result.stderr_tail.splitlines()[0][:200]}",
+                             hint=TARGET_HINTS.get(job.target.backend, "pick a target this IREE knows"))
 
 
 def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: float,
