@@ -163,6 +163,10 @@ class TuneCandidate:
     rejected: str | None          # why (compile failure, crash, timeout, mismatch); None: it ran correctly
     # calls timed: fewer than the others' when it fell far behind the best and was pruned (probe.py)
     timed_calls: int = field(default=0, omit_default=True)
+    # The earlier candidate whose module this one compiled to, byte for byte: not checked or timed
+    # again, its figures are that one's (IREE 3.13 on CUDA: O3, vector distribution and igemm
+    # give O2's module on a ResNet and a transformer encoder).
+    same_as: str | None = field(default=None, omit_default=True)
 
     def pruned(self, of: "Tuning") -> bool:
         most = max((c.timed_calls for c in of.candidates), default=0)

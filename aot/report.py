@@ -224,7 +224,8 @@ def tuning_text(m: Manifest, rec: BuildRecord) -> str:
                          f"less often in the learned model's training ({t.narrowed.model[:12]}) or, as often, were "
                          f"predicted slower (wins/predicted): {', '.join(left)}"[:400])
         for c in t.candidates:
-            note = c.rejected or (f"pruned after {c.timed_calls} timed calls: far behind the best" if c.pruned(t) else "")
+            note = (f"the same module as {c.same_as}: not timed again" if c.same_as else c.rejected
+                    or (f"pruned after {c.timed_calls} timed calls: far behind the best" if c.pruned(t) else ""))
             lines.append(f"      {c.name:28s} {_us(c.median_us):>12s}  {note}"[:220])
     if m.host_runtime:
         rt = m.host_runtime

@@ -148,6 +148,8 @@ class _Reporter:
             verdict = (f"ok (max abs diff {diff:.3g})" if diff is not None else "ok") if event["ok"] \
                 else f"REJECTED: {event.get('error') or 'mismatch'}"
             self.steps.done(f"{self.region} checked {event['name']}: {verdict}"[:200])
+        elif event["event"] == "same":
+            self.steps.done(f"{self.region} {event['name']}: the same module as {event['as']}, not timed again")
         elif event["event"] == "timed":
             calls = event.get("calls", {})
             most = max(calls.values(), default=0)
@@ -162,8 +164,14 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
     rejected: dict[str, str] = {}
     diffs: dict[str, float | None] = {}
     runnable: list[tuple[FlagSet, CompiledRegion]] = []
+    first_with: dict[str, str] = {}   # module sha256 -> the first candidate that compiled to it
+    twin: dict[str, str] = {}         # candidate -> that first one, where it is not itself
     for s, o in zip(sets, outcomes):
-        if isinstance(o, CompiledRegion):
+        if isinstance(o, CompiledRegion) and o.sha256 in first_with:
+            twin[s.name] = first_with[o.sha256]   # flags that changed nothing: timing it again is noise
+            report({"event": "same", "name": s.name, "as": twin[s.name]})
+        elif isinstance(o, CompiledRegion):
+            first_with[o.sha256] = s.name
             runnable.append((s, o))
         else:
             rejected[s.name] = f"compile failed (exit {o.returncode}): {o.stderr_tail.splitlines()[0][:300]}"
@@ -205,8 +213,12 @@ def _measure(staged_dir: Path, manifest: Manifest, region: RegionEntry, sets: tu
             # Again without it; the ones checked before it are checked again and then timed.
             rejected[started] = f"crashed or hung on its first run: {error}"
             pending = [(n, v) for n, v in pending if n not in rejected]
-    table = tuple(TuneCandidate(s.name, s.flags, None if s.name in rejected else medians.get(s.name),
-                                diffs.get(s.name), rejected.get(s.name), calls.get(s.name, 0)) for s in sets)
+    def row(s: FlagSet) -> TuneCandidate:
+        name = twin.get(s.name, s.name)   # whose figures
+        return TuneCandidate(s.name, s.flags, None if name in rejected else medians.get(name), diffs.get(name),
+                             rejected.get(name), calls.get(s.name, 0), same_as=twin.get(s.name))
+
+    table = tuple(row(s) for s in sets)
     return decide(table, device_identity(manifest.driver(region)))
 
 

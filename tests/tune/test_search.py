@@ -3,6 +3,7 @@ measured again; a mismatch or compile failure rejects; the fastest correct candi
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,28 @@ def _setup(monkeypatch, probe_runs):
     return calls
 
 
-def _compiled(name: str) -> CompiledRegion:
-    return CompiledRegion("r0", Target.host(), Path(f"/nowhere/{name}.vmfb"), "0" * 64, None, False, 0.1)
+def _compiled(name: str, module: str = "") -> CompiledRegion:
+    """A compiled candidate; its module's digest is its name's, or ``module``'s (the same bytes)."""
+    sha = hashlib.sha256((module or name).encode()).hexdigest()
+    return CompiledRegion("r0", Target.host(), Path(f"/nowhere/{name}.vmfb"), sha, None, False, 0.1)
+
+
+def test_a_candidate_that_compiles_to_an_earlier_ones_module_is_not_timed_again(monkeypatch):
+    sets = (FlagSet("default", ()), FlagSet("O2", ("--o2",)), FlagSet("O3", ("--o3",)), FlagSet("other", ("--x",)))
+    run = lambda req: ([*({"event": "checked", "name": c["name"], "ok": True, "max_abs_diff": 0.25, "error": None}
+                          for c in req["candidates"]),
+                        {"event": "timed", "medians_us": {"default": 100.0, "O2": 80.0, "other": 90.0}}], None)
+    calls = _setup(monkeypatch, [run])
+    manifest = _host_manifest()
+    outcomes = [_compiled("default"), _compiled("O2"), _compiled("O3", module="O2"), _compiled("other")]
+    tuning = search._measure(Path("/nowhere"), manifest, manifest.regions[0], sets, outcomes,
+                             {"x": np.zeros((1, 2), np.float32), "y": np.zeros((1, 2), np.float32)},
+                             BuildOptions(tune_repeats=3).tune_settings())
+    assert calls == [["default", "O2", "other"]]   # O3's module is O2's: the probe never sees it
+    by = {c.name: c for c in tuning.candidates}
+    assert by["O3"].same_as == "O2" and by["O3"].median_us == 80.0 and by["O3"].max_abs_diff == 0.25
+    assert by["O3"].rejected is None and by["O2"].same_as is None
+    assert tuning.winner == "O2"   # the first of equals
 
 
 def test_a_crashing_candidate_is_rejected_and_the_others_are_measured_again(monkeypatch):
