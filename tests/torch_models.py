@@ -1,4 +1,5 @@
-"""PyTorch models for the torch front end's tests, defined here with seeded weights (no downloads).
+"""PyTorch models for the torch front end's tests and the GPU comparison (scripts/gpu_torch_bench.py),
+defined here with seeded weights (no downloads).
 
 Each factory returns a fresh module in eval mode with deterministic weights, so the CLI can build
 one by name: ``aot build tests.torch_models:resnet_like --example-input x=1x3x64x64``.
@@ -14,6 +15,10 @@ EXAMPLES = {
     "resnet_like": (("x", (1, 3, 64, 64), "float32"),),
     "encoder": (("tokens", (1, 16), "int64"),),
     "topk_pool": (("x", (1, 3, 32, 32), "float32"),),
+    # GPU-sized (batch 8): enough work per call for a GPU to show more than launch overhead, and
+    # weights small enough (11-14 MB) to carry to the GPU machine beside the runtime.
+    "resnet18_half": (("x", (8, 3, 224, 224), "float32"),),
+    "encoder_base": (("tokens", (8, 128), "int64"),),
 }
 
 
@@ -62,6 +67,26 @@ class Encoder(nn.Module):
 
     def forward(self, tokens):
         return self.norm(self.encoder(self.embed(tokens) + self.pos))
+
+
+class ResNet18Half(nn.Module):
+    """ResNet-18's topology (stem, 2-2-2-2 basic blocks, global pool, linear head) at half its
+    widths (32-256 channels): 3.1 M parameters, 0.5 GFLOP per 224x224 image."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 7, 2, 3, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        widths = (32, 64, 128, 256)
+        blocks: list[nn.Module] = []
+        for i, w in enumerate(widths):
+            cin = widths[max(i - 1, 0)]
+            blocks += [BasicBlock(cin, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(256, classes)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
 class TopKPool(nn.Module):
@@ -115,6 +140,16 @@ def resnet_like() -> nn.Module:
 
 def encoder() -> nn.Module:
     return _seeded(Encoder)
+
+
+def resnet18_half() -> nn.Module:
+    return _seeded(ResNet18Half)
+
+
+def encoder_base() -> nn.Module:
+    """Four encoder layers at width 256 (4 heads, FFN 1024) over 128 tokens: 3.4 M parameters."""
+    torch.manual_seed(0)
+    return Encoder(d=256, heads=4, layers=4, vocab=1000, seq=128).eval()
 
 
 def topk_pool() -> nn.Module:
