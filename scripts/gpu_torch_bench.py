@@ -58,7 +58,7 @@ def reference(folder: Path, names: list[str]) -> None:
 
 
 def run(folder: Path, names: list[str], compile_modes: list[str], device: str, profile: int = 0,
-        tf32: bool = False) -> list[dict]:
+        tf32: bool = False, staged_from: tuple[int, ...] = ()) -> list[dict]:
     """NAME times FOLDER/NAME/bundle; NAME@VARIANT also FOLDER/NAME@VARIANT/bundle (the same model
     built another way: flags pinned in its plan), interleaved with the first."""
     import torch
@@ -68,12 +68,12 @@ def run(folder: Path, names: list[str], compile_modes: list[str], device: str, p
     models: dict[str, list[str]] = {}
     for name in names:
         models.setdefault(name.split("@")[0], []).append(name)
-    return [_run_model(folder, model, bundles, compile_modes, device, profile, tf32)
+    return [_run_model(folder, model, bundles, compile_modes, device, profile, tf32, staged_from)
             for model, bundles in models.items()]
 
 
 def _run_model(folder: Path, name: str, bundles: list[str], compile_modes: list[str], device: str,
-               profile: int, tf32: bool) -> dict:
+               profile: int, tf32: bool, staged_from: tuple[int, ...]) -> dict:
     import torch
 
     from aot import runtime
@@ -103,6 +103,11 @@ def _run_model(folder: Path, name: str, bundles: list[str], compile_modes: list[
         for bundle in bundles:
             session = stack.enter_context(runtime.load(folder / bundle / "bundle"))
             contenders[f"aot {bundle}"] = functools.partial(session.run, inputs)
+        for min_bytes in staged_from:   # the first bundle again, staging inputs from another size
+            session = stack.enter_context(runtime.load(folder / bundles[0] / "bundle"))
+            for uploader in session._uploaders.values():
+                uploader.min_bytes = min_bytes
+            contenders[f"aot {bundles[0]}, staged from {min_bytes} B"] = functools.partial(session.run, inputs)
         contenders["torch eager"] = from_numpy(model)
         if tf32:
             contenders["torch eager (TF32)"] = _with_tf32(from_numpy(model))
@@ -186,6 +191,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--device", default="cuda", help="PyTorch's device (cpu: a dry run with llvm-cpu bundles)")
     parser.add_argument("--profile", type=int, default=0, metavar="CALLS",
                         help="also list the GPU kernels of the first bundle and of eager PyTorch over CALLS calls")
+    parser.add_argument("--staged-from", type=int, nargs="*", default=[], metavar="BYTES",
+                        help="also time the first bundle with inputs staged from these sizes up (runtime/upload.py)")
     parser.add_argument("--tf32", action="store_true", help="also time eager PyTorch with TF32 on")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
@@ -195,7 +202,8 @@ def main(argv: list[str]) -> None:
         import iree.runtime as rt
 
         rt.flags.parse_flags(*args.iree_flag)
-    results = run(args.folder, args.names, args.compile, args.device, args.profile, args.tf32)
+    results = run(args.folder, args.names, args.compile, args.device, args.profile, args.tf32,
+                  tuple(args.staged_from))
     if args.json:
         args.json.write_text(json.dumps({"iree_flags": args.iree_flag, "results": results}, indent=1))
 

@@ -16,7 +16,7 @@ import numpy as np
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import devices as dv
 from . import manifest as mf
-from . import lanes, memory
+from . import lanes, memory, upload
 from .devices import Devices
 from .dtypes import numpy_dtype
 from .manifest import Manifest, RegionEntry, TensorSig
@@ -58,6 +58,7 @@ class Session:
         self._contexts: dict[str, Any] = {}
         self._modules: list[Any] = []
         self._invokers: dict[str, Any] = {}
+        self._uploaders: dict[str, upload.Uploader] = {}   # accelerator driver -> its staging buffers
         self._params: list[tuple[Any, str]] = []   # (parameter index, its scope) per archive
         for w in manifest.archives:
             self._params.append((load_archive(rt, bundle, w), w.scope))
@@ -87,6 +88,8 @@ class Session:
         regions = self._by_driver[driver]
         device, ctx, loaded = self._load_driver(rt, self._bundle, driver, regions, self._params, check)
         self._devices[driver], self._contexts[driver] = device, ctx
+        if driver not in mf.HOST_DRIVERS:
+            self._uploaders[driver] = upload.Uploader(rt, device)
         self._modules_of[driver] = loaded
         self._modules += loaded
         for r, m in zip(regions, loaded):
@@ -104,6 +107,8 @@ class Session:
         del self._contexts[driver]
         stale = {id(m) for m in self._modules_of.pop(driver)}
         self._modules = [m for m in self._modules if id(m) not in stale]
+        if driver in self._uploaders:
+            self._uploaders.pop(driver).close()
         del self._devices[driver]
         self._open(rt, driver, check=False)
         self.reopened += 1
@@ -243,14 +248,16 @@ class Session:
         for v, res in zip(region.outputs, results):
             values[v] = (driver, res)
 
-    @staticmethod
-    def _move(value: tuple[str | None, Any], driver: str) -> Any:
+    def _move(self, value: tuple[str | None, Any], driver: str) -> Any:
         where, arr = value
-        if where == driver or where is None:
+        if where == driver:
             return arr  # same device: hand the device buffer on without a copy
-        # Across devices through host memory. Accelerator modules are compiled with mappable
-        # external resources, so to_host() maps most results; dv.to_host copies the rest.
-        return contiguous(dv.to_host(arr))
+        if where is not None:
+            # Across devices through host memory. Accelerator modules are compiled with mappable
+            # external resources, so to_host() maps most results; dv.to_host copies the rest.
+            arr = contiguous(dv.to_host(arr))
+        uploader = self._uploaders.get(driver)
+        return uploader.upload(arr) if uploader is not None else arr
 
     @staticmethod
     def _to_numpy(value: tuple[str | None, Any], dtype: np.dtype | None = None) -> np.ndarray:
@@ -265,6 +272,9 @@ class Session:
         if self._lanes is not None:
             self._lanes.close()
         self._invokers.clear()
+        for uploader in self._uploaders.values():
+            uploader.close()
+        self._uploaders.clear()
         self._contexts.clear()
         self._modules.clear()
         self._devices.clear()
