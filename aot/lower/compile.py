@@ -25,7 +25,7 @@ UNKNOWN_TARGET = ("Unknown CUDA target", "Unknown Vulkan target", "missing GPU t
 TARGET_HINTS = {
     "cuda": "pick an arch this IREE knows (3.13: sm_60 to sm_89, sm_120, or names such as ampere and ada). "
             "It has no Hopper (sm_90) target: build for sm_80, whose PTX the driver compiles for Hopper "
-            "when the bundle loads (measured on an H100, docs/performance.md)",
+            "when the bundle loads (measured on an H100, docs/cuda.md)",
     "vulkan-spirv": "pick a --vulkan-target this IREE knows (llvmpipe for Mesa lavapipe, or a GPU family "
                     "such as ampere, rdna3, valhall)",
 }
