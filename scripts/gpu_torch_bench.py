@@ -105,8 +105,8 @@ def _run_model(folder: Path, name: str, bundles: list[str], compile_modes: list[
             contenders[f"aot {bundle}"] = functools.partial(session.run, inputs)
         for min_bytes in staged_from:   # the first bundle again, staging inputs from another size
             session = stack.enter_context(runtime.load(folder / bundles[0] / "bundle"))
-            for uploader in session._uploaders.values():
-                uploader.min_bytes = min_bytes
+            for buffers in session._staging.values():
+                buffers.min_bytes = min_bytes
             contenders[f"aot {bundles[0]}, staged from {min_bytes} B"] = functools.partial(session.run, inputs)
         contenders["torch eager"] = from_numpy(model)
         if tf32:
@@ -192,7 +192,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="CALLS",
                         help="also list the GPU kernels of the first bundle and of eager PyTorch over CALLS calls")
     parser.add_argument("--staged-from", type=int, nargs="*", default=[], metavar="BYTES",
-                        help="also time the first bundle with inputs staged from these sizes up (runtime/upload.py)")
+                        help="also time the first bundle with inputs staged from these sizes up (runtime/staging.py)")
     parser.add_argument("--tf32", action="store_true", help="also time eager PyTorch with TF32 on")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)

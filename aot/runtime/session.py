@@ -16,7 +16,7 @@ import numpy as np
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import devices as dv
 from . import manifest as mf
-from . import lanes, memory, upload
+from . import lanes, memory, staging
 from .devices import Devices
 from .dtypes import numpy_dtype
 from .manifest import Manifest, RegionEntry, TensorSig
@@ -58,7 +58,7 @@ class Session:
         self._contexts: dict[str, Any] = {}
         self._modules: list[Any] = []
         self._invokers: dict[str, Any] = {}
-        self._uploaders: dict[str, upload.Uploader] = {}   # accelerator driver -> its staging buffers
+        self._staging: dict[str, staging.StagingBuffers] = {}   # accelerator driver -> its staging buffers
         self._params: list[tuple[Any, str]] = []   # (parameter index, its scope) per archive
         for w in manifest.archives:
             self._params.append((load_archive(rt, bundle, w), w.scope))
@@ -89,7 +89,7 @@ class Session:
         device, ctx, loaded = self._load_driver(rt, self._bundle, driver, regions, self._params, check)
         self._devices[driver], self._contexts[driver] = device, ctx
         if driver not in mf.HOST_DRIVERS:
-            self._uploaders[driver] = upload.Uploader(rt, device)
+            self._staging[driver] = staging.StagingBuffers(rt, device)
         self._modules_of[driver] = loaded
         self._modules += loaded
         for r, m in zip(regions, loaded):
@@ -107,8 +107,8 @@ class Session:
         del self._contexts[driver]
         stale = {id(m) for m in self._modules_of.pop(driver)}
         self._modules = [m for m in self._modules if id(m) not in stale]
-        if driver in self._uploaders:
-            self._uploaders.pop(driver).close()
+        if driver in self._staging:
+            self._staging.pop(driver).close()
         del self._devices[driver]
         self._open(rt, driver, check=False)
         self.reopened += 1
@@ -253,18 +253,25 @@ class Session:
         if where == driver:
             return arr  # same device: hand the device buffer on without a copy
         if where is not None:
-            # Across devices through host memory. Accelerator modules are compiled with mappable
-            # external resources, so to_host() maps most results; dv.to_host copies the rest.
-            arr = contiguous(dv.to_host(arr))
-        uploader = self._uploaders.get(driver)
-        return uploader.upload(arr) if uploader is not None else arr
+            arr = contiguous(self._host(value)[0])   # across devices through host memory
+        buffers = self._staging.get(driver)
+        return buffers.upload(arr) if buffers is not None else arr
 
-    @staticmethod
-    def _to_numpy(value: tuple[str | None, Any], dtype: np.dtype | None = None) -> np.ndarray:
+    def _host(self, value: tuple[str | None, Any]) -> tuple[np.ndarray, bool]:
+        """``value`` in host memory, and whether that array is a fresh one of its own (a staged
+        download). Vulkan modules are compiled with mappable external resources, so to_host()
+        maps most of their results; dv.to_host copies the rest."""
         where, arr = value
-        host = arr if where is None else dv.to_host(arr)
+        if where is None:
+            return arr, False
+        buffers = self._staging.get(where)
+        fresh = buffers.download(arr) if buffers is not None else None
+        return (fresh, True) if fresh is not None else (dv.to_host(arr), False)
+
+    def _to_numpy(self, value: tuple[str | None, Any], dtype: np.dtype | None = None) -> np.ndarray:
+        host, fresh = self._host(value)
         # Own the memory (device buffers get reused); cast to the manifest dtype (i1 comes back as i8).
-        return np.array(host, dtype=dtype, copy=True)
+        return np.asarray(host, dtype=dtype) if fresh else np.array(host, dtype=dtype, copy=True)
 
     def close(self) -> None:
         """Release in dependency order: invokers, contexts and modules before their devices
@@ -272,9 +279,9 @@ class Session:
         if self._lanes is not None:
             self._lanes.close()
         self._invokers.clear()
-        for uploader in self._uploaders.values():
-            uploader.close()
-        self._uploaders.clear()
+        for buffers in self._staging.values():
+            buffers.close()
+        self._staging.clear()
         self._contexts.clear()
         self._modules.clear()
         self._devices.clear()
