@@ -64,10 +64,12 @@ class StagingBuffers:
         if source.byte_length() < self.min_bytes or result._is_mappable():
             return None
         raw = result._get_raw_dtype()
+        # The dtype the array stands for (bool for IREE's i8), as its own to_host converts to.
+        wanted = raw if result._override_dtype is None else result._override_dtype
         with self._lock:
             staging, _, host = self._buffer(tuple(view.shape), raw, "out")
             self._copy(source, staging)
-            return np.array(host, dtype=result._override_dtype or raw, copy=True)
+            return np.array(host, dtype=wanted, copy=True)
 
     def _copy(self, source: Any, target: Any) -> None:
         rt = self._rt
