@@ -38,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aot.checks import timing  # noqa: E402
+from aot.checks.compare import compare  # noqa: E402
 
 SCHEDULE = timing.Schedule(warmup=10, iterations=200)   # no spinning runtime here: rotate, no idle
 
@@ -171,14 +172,11 @@ def _as_list(out: object) -> list:
 
 
 def _error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
-    """Largest absolute difference over every output; inf where a value is not finite or a shape differs."""
-    worst = 0.0
-    for a, e in zip(actual, expected, strict=True):
-        a, e = np.asarray(a), np.asarray(e)
-        if a.shape != e.shape or not np.isfinite(a.astype(np.float64)).all():
-            return float("inf")
-        worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)), initial=0.0)))
-    return worst
+    """Largest absolute difference over every output (aot.checks.compare): infinite where a
+    shape, a NaN or an infinity differs from the reference."""
+    if len(actual) != len(expected):
+        return float("inf")
+    return max((compare(a, e).max_abs_diff for a, e in zip(actual, expected)), default=0.0)
 
 
 def main(argv: list[str]) -> None:

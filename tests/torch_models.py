@@ -15,8 +15,11 @@ EXAMPLES = {
     "resnet_like": (("x", (1, 3, 64, 64), "float32"),),
     "encoder": (("tokens", (1, 16), "int64"),),
     "topk_pool": (("x", (1, 3, 32, 32), "float32"),),
-    # GPU-sized (batch 8): enough work per call for a GPU to show more than launch overhead, and
-    # weights small enough (11-14 MB) to carry to the GPU machine beside the runtime.
+}
+# GPU-sized (batch 8), for scripts/gpu_torch_bench.py rather than the tests (lavapipe would take
+# minutes): enough work per call for a GPU to show more than launch overhead, and weights small
+# enough (11-14 MB) to carry to the GPU machine beside the runtime.
+GPU_EXAMPLES = {
     "resnet18_half": (("x", (8, 3, 224, 224), "float32"),),
     "encoder_base": (("tokens", (8, 128), "int64"),),
 }
@@ -164,7 +167,8 @@ def example_inputs(name: str, seed: int = 0) -> dict[str, torch.Tensor]:
     """Inputs for a factory's model: normal floats, in-vocabulary token ids."""
     gen = torch.Generator().manual_seed(seed)
     return {n: (torch.randn(shape, generator=gen) if dtype == "float32"
-                else torch.randint(0, 100, shape, generator=gen)) for n, shape, dtype in EXAMPLES[name]}
+                else torch.randint(0, 100, shape, generator=gen))
+            for n, shape, dtype in {**EXAMPLES, **GPU_EXAMPLES}[name]}
 
 
 def export_onnx(name: str, path, inputs: dict[str, torch.Tensor]) -> None:
