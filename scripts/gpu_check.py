@@ -1,5 +1,6 @@
 """Run prebuilt bundles on a GPU machine: golden check through the generated stub against
-onnxruntime, then interleaved timing (medians) of the bundle vs onnxruntime on the CPU.
+onnxruntime, then interleaved timing (aot.checks.timing's FAIR schedule, medians) of the bundle
+vs onnxruntime on the CPU.
 
     python scripts/gpu_check.py BUNDLE=MODEL.onnx [BUNDLE=MODEL.onnx ...]
 
@@ -9,9 +10,7 @@ Needs only numpy, iree-base-runtime and onnxruntime (bundles are built elsewhere
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aot import runtime  # noqa: E402
-from aot.checks import golden as check, reference  # noqa: E402
+from aot.checks import golden as check, reference, timing  # noqa: E402
 from aot.runtime import manifest as mf  # noqa: E402
 
 
@@ -64,16 +63,13 @@ def main(pairs: list[str]) -> None:
         print(semantics(data, model, bundle))
         names = [o.name for o in data.outputs]
         sess = reference.session(model)
-        times: dict[str, list[float]] = {"bundle": [], "onnxruntime-cpu": []}
         ort_inputs = {**inputs, **reference.constant_inputs(data)}  # the original model takes baked inputs
         with runtime.load(bundle) as s:
-            for i in range(53):
-                for name, f in (("bundle", lambda: s.run(inputs)), ("onnxruntime-cpu", lambda: sess.run(names, ort_inputs))):
-                    t = time.perf_counter()
-                    f()
-                    if i >= 3:
-                        times[name].append((time.perf_counter() - t) * 1e3)
-        med = {k: statistics.median(v) for k, v in times.items()}
+            # FAIR: onnxruntime's workers spin after each run; idle and settle before each turn.
+            times = timing.interleaved({"bundle": lambda: s.run(inputs),
+                                        "onnxruntime-cpu": lambda: sess.run(names, ort_inputs)},
+                                       timing.FAIR.with_counts(3, 50))
+        med = timing.medians_ms(times)
         print(f"  median bundle {med['bundle']:.3f} ms, onnxruntime-cpu {med['onnxruntime-cpu']:.3f} ms, "
               f"ratio bundle/onnxruntime {med['bundle'] / med['onnxruntime-cpu']:.3f}")
 
