@@ -281,10 +281,10 @@ class BuildOptions:
     accel_compile_timeout: float = option(300.0, Flag(   # the SPIR-V pipeline took minutes on some regions
         "--accel-compile-timeout", "an accelerator region still compiling after this falls back to llvm-cpu",
         metavar="SECONDS", parse=lambda t: _number(float, t, "--accel-compile-timeout")))
-    verify: bool | None = option(None, Flag(None, switches=(   # None: when the device is present
+    verify: bool | None = option(None, Flag(None, switches=(   # None: when the built-for device is here
         Switch("--verify", True, "run each accelerator region on its device against the reference "
                "(onnxruntime, or PyTorch eager for a torch module); move failures to the host "
-               "(default: on when the device is present)"),
+               "(default: on when the device the regions are built for is on this machine)"),
         Switch("--no-verify", False, "do not check the accelerator regions on their device"))))
     tune: bool = option(False, Flag(None, switches=(Switch(
         "--tune", True, "search each region's compile flags on its device and the host runtime's threading; "

@@ -237,8 +237,7 @@ def stage_planned(planned: Planned, ws: Workspace, options: BuildOptions, progre
             staged = rescored.staged
             planned = dataclasses.replace(planned, plan=staged.plan, greedy=rescored.greedy, record=staged.record.partition)
             compile_ = dataclasses.replace(compile_, planned=planned)   # later candidates keep the measured record
-        if _should_verify(staged, options):
-            staged = _verified(staged, planned, compile_, progress)
+        staged = _verification(staged, planned, compile_, options, progress)
         if options.tune:
             staged = _tuned(staged, planned, compile_, options, progress)
             clock.done("tune", f"{len(staged.manifest.regions)} region(s)")
@@ -312,11 +311,19 @@ def _with_memory(staged: Staged, ws: Workspace) -> Staged:
     return dataclasses.replace(staged, manifest=dataclasses.replace(m, memory=memory))
 
 
-def _should_verify(staged: Staged, options: BuildOptions) -> bool:
-    drivers = {r.target.driver for r in staged.manifest.regions if not r.target.is_host}
-    if not drivers or options.verify is False:
-        return False
-    return bool(options.verify) or all(verify.device_present(d) for d in drivers)
+def _verification(staged: Staged, planned: Planned, compile_: _Compiler, options: BuildOptions,
+                  progress: Progress) -> Staged:
+    """Verify the accelerator regions where their device is here (or ``--verify`` insists);
+    otherwise the record says why they were not checked."""
+    accel = [r for r in staged.manifest.regions if not r.target.is_host]
+    if not accel or options.verify is False:
+        return staged
+    why = verify.cannot_verify_here(accel)
+    if why is None or options.verify:
+        return _verified(staged, planned, compile_, progress)
+    progress(f"verify   skipped: {why}; run `aot check` on the target machine")
+    return dataclasses.replace(staged, record=dataclasses.replace(staged.record,
+                                                                  verification=Verification((), (), why)))
 
 
 def _verified(staged: Staged, planned: Planned, compile_: _Compiler, progress: Progress) -> Staged:

@@ -150,6 +150,9 @@ class RegionCheck:
 class Verification:
     checked: tuple[RegionCheck, ...]          # the regions that passed, in the shipped bundle
     moved_to_host: tuple[RegionCheck, ...]    # the failures that moved their region to the host
+    # Why nothing was checked: the regions' device is not on the build machine (a bundle built on
+    # CI for a deployment GPU). `aot check` on the target machine does it there.
+    skipped: str | None = field(default=None, omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)

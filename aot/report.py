@@ -189,7 +189,9 @@ def _decision_lines(m: Manifest, rec: BuildRecord) -> list[str]:
         lines.append(f"\ngate: {'partition accepted' if gate.accepted else 'partition rejected'}: {gate.detail}")
         if (predicted := gate.prediction_line()) is not None:
             lines.append(f"  {predicted}")
-    if rec.verification:
+    if rec.verification and rec.verification.skipped:
+        lines.append(f"\nverification skipped: {rec.verification.skipped}; run `aot check` on the target machine")
+    elif rec.verification:
         lines.append(f"\nverification on the device vs {m.model.reference}:")
         for c in rec.verification.checked:
             diff = "-" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"

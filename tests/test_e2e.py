@@ -290,9 +290,9 @@ def test_report_escapes_hostile_names(vulkan_bundle):
 
 def test_verification_moves_a_silently_wrong_region_to_the_host(example_model, tmp_path):
     """A region compiled for a real GPU (ampere, subgroup 32) runs on lavapipe and returns wrong
-    numbers without any error. Verification catches it, moves it to the host, and the rebuilt
-    bundle matches onnxruntime."""
-    result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere")))
+    numbers without any error: a stand-in for a miscompiled region. Verification insisted on
+    (--verify) catches it, moves it to the host, and the rebuilt bundle matches onnxruntime."""
+    result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere"), verify=True))
     m, rec = result.bundle.manifest, result.bundle.record
     moved = rec.verification.moved_to_host
     assert [c.region for c in moved] == ["r0"] and "differ from onnxruntime" in moved[0].error
@@ -301,6 +301,18 @@ def test_verification_moves_a_silently_wrong_region_to_the_host(example_model, t
     assert "verification moved region r0" in dict(rec.host_reasons)["conv1"]
     golden(result.bundle.path, example_model)
     assert "moved to the host" in run_aot("report", str(result.bundle.path)).stdout
+
+
+def test_a_bundle_for_a_gpu_not_on_the_build_machine_is_not_verified_here_but_says_so(example_model, tmp_path):
+    """Built on CI (lavapipe) for a deployment GPU: checking the ampere module here would call a
+    good region wrong and ship the model all-host. The build keeps the plan and records why it did
+    not check; `aot check` on the target machine does."""
+    result = build(example_model, tmp_path / "amp", BuildOptions(accel=Target.parse("vulkan:ampere")))
+    regions = {r.name: r.target for r in result.bundle.manifest.regions}
+    assert Target.parse("vulkan:ampere") in regions.values()
+    skipped = result.bundle.record.verification.skipped
+    assert "built for Vulkan target 'ampere'" in skipped and "llvmpipe" in skipped
+    assert "verification skipped" in run_aot("report", str(result.bundle.path)).stdout
 
 
 def test_without_verification_the_runtime_refuses_the_mismatched_module(example_model, tmp_path):

@@ -20,7 +20,8 @@ from aot.errors import DeviceError
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
 from aot.record import RegionCheck
-from aot.runtime.manifest import Manifest
+from aot.runtime import devices
+from aot.runtime.manifest import Manifest, RegionEntry
 
 
 def reference_values(source: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -108,3 +109,22 @@ def device_present(driver: str) -> bool:
         return bool(rt.get_driver(driver).query_available_devices())
     except Exception:
         return False
+
+
+def cannot_verify_here(regions: list[RegionEntry]) -> str | None:
+    """Why this machine cannot check ``regions`` on the device they were built for (None: it
+    can). A module built for another GPU runs on the one here and returns wrong numbers (subgroup
+    sizes differ), so checking it here would move a good region to the host: a bundle built on
+    CI (lavapipe) for a deployment GPU would ship all-host."""
+    for driver in sorted({r.target.driver for r in regions}):
+        if not device_present(driver):
+            return f"no {driver} device on this machine"
+    if any(r.target.driver == "vulkan" for r in regions):
+        import iree.runtime as rt
+
+        name = devices.vulkan_device_name(rt)
+        other = devices.vulkan_mismatches(regions, name)
+        if other:
+            return (f"region {other[0].name} is built for Vulkan target {other[0].target.arch!r} and the Vulkan "
+                    f"device here is {name!r}")
+    return None

@@ -55,15 +55,20 @@ def check_device(rt: Any, driver: str, regions: list[RegionEntry], manifest: Man
     if driver in mf.HOST_DRIVERS:
         _check_cpu(regions, manifest.cpu_flags)
     if driver == "vulkan":
-        name = _vulkan_device_name(rt)
-        for r in regions:
-            on_lavapipe = "llvmpipe" in name.lower()
-            if (r.target.arch == "llvmpipe") != on_lavapipe:
-                # A SPIR-V module built for another subgroup size returns silently wrong results.
-                raise DeviceError(f"region {r.name!r} was compiled for Vulkan target {r.target.arch!r} but the "
-                                  f"Vulkan device here is {name!r}",
-                                  hint="rebuild with --vulkan-target matching this device "
-                                       "(llvmpipe for Mesa lavapipe)")
+        name = vulkan_device_name(rt)
+        for r in vulkan_mismatches(regions, name):
+            # A SPIR-V module built for another subgroup size returns silently wrong results.
+            raise DeviceError(f"region {r.name!r} was compiled for Vulkan target {r.target.arch!r} but the "
+                              f"Vulkan device here is {name!r}",
+                              hint="rebuild with --vulkan-target matching this device "
+                                   "(llvmpipe for Mesa lavapipe)")
+
+
+def vulkan_mismatches(regions: list[RegionEntry], device_name: str) -> list[RegionEntry]:
+    """The Vulkan regions compiled for another kind of device than the one named: a module for a
+    real GPU on Mesa lavapipe, or one for lavapipe on a real GPU."""
+    on_lavapipe = "llvmpipe" in device_name.lower()
+    return [r for r in regions if r.target.driver == "vulkan" and (r.target.arch == "llvmpipe") != on_lavapipe]
 
 
 def _check_cpu(regions: list[RegionEntry], build_flags: tuple[str, ...]) -> None:
@@ -76,7 +81,7 @@ def _check_cpu(regions: list[RegionEntry], build_flags: tuple[str, ...]) -> None
                           hint="rebuild with --host-cpu x86-64-v3 (or this machine's CPU) to run here")
 
 
-def _vulkan_device_name(rt: Any) -> str:
+def vulkan_device_name(rt: Any) -> str:
     try:
         infos = rt.get_driver("vulkan").query_available_devices()
         return str(infos[0]["name"]) if infos else ""
