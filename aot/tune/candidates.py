@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aot.frontend.source import OpFamily
 from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IGEMM, IM2COL, O2, O3,
-                             QDQ_INTEGER, QUANT_REASSOC, STACK_128K, UKERNELS, VECTOR_DISTRIBUTION,
+                             QDQ_INTEGER, QUANT_REASSOC, STACK_128K, TILE_AND_FUSE, UKERNELS, VECTOR_DISTRIBUTION,
                              default_opt_flags, threads)
 from aot.runtime.target import Target
 
@@ -35,7 +35,8 @@ def candidates(target: Target, families: frozenset[OpFamily], cores: int | None 
         found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)
     elif target.backend == "cuda":
         found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,)),
-                 FlagSet("vector-distribution", (O2, VECTOR_DISTRIBUTION))]
+                 FlagSet("vector-distribution", (O2, VECTOR_DISTRIBUTION)),
+                 FlagSet("tile-and-fuse", (TILE_AND_FUSE,))]
         if conv:
             found.append(FlagSet("igemm", (O2, IGEMM)))
     else:  # vulkan-spirv: IREE's SPIR-V backend offers the global optimisation levels
