@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host learn-vulkan clean
+.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host learn-vulkan gpu-bundles clean
 
 setup:
 	@bash scripts/setup.sh
@@ -104,6 +104,20 @@ learn-vulkan: setup $(EXAMPLE)
 	$(AOT) learn collect zoo:ppocr-cls zoo:minilm $(LEARN_VULKAN) --perturbations 40 --max-plans 14
 	$(AOT) learn eval --db $(LEARN_VULKAN_DB) --accel vulkan --end-to-end --iterations 3 \
 		--json artifacts/learn/end-to-end.json
+
+# What a GPU machine needs to reproduce docs/cuda.md: the torch models built for CUDA (sm_80) and
+# for Vulkan (ampere, no verification here: lavapipe is not that GPU), with golden inputs and
+# outputs, in artifacts/gpu; carry it there with iree-base-runtime and run
+# `python scripts/gpu_torch_bench.py run artifacts/gpu resnet18_half resnet18_half@vulkan ...`.
+GPU_MODELS = resnet18_half:x=8x3x224x224 encoder_base:tokens=8x128:int64 resnet_like:x=1x3x64x64 \
+	encoder:tokens=1x16:int64
+gpu-bundles: setup
+	for m in $(GPU_MODELS); do name=$${m%%:*}; ex=$${m#*:}; \
+		$(AOT) build tests.torch_models:$$name --example-input $$ex --accel cuda --host-cpu x86-64-v3 \
+			-o artifacts/gpu/$$name && \
+		$(AOT) build tests.torch_models:$$name --example-input $$ex --accel vulkan:ampere --host-cpu x86-64-v3 \
+			--gate off -o artifacts/gpu/$$name@vulkan || exit 1; done
+	$(PY) scripts/gpu_torch_bench.py reference artifacts/gpu $(foreach m,$(GPU_MODELS),$(firstword $(subst :, ,$(m))))
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache
