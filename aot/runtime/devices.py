@@ -112,13 +112,23 @@ def to_host(arr: Any) -> Any:
 
     view, device = arr._buffer_view, arr._device   # iree.runtime.DeviceArray's own, as its copy uses them
     source = view.get_buffer()
-    staging = device.allocator.allocate_buffer(
-        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
-        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
-        allocation_size=source.byte_length())
-    done = device.create_semaphore(0)
-    device.queue_copy(source, staging, wait_semaphores=rt.HalFence.create_at(done, 0),
-                      signal_semaphores=rt.HalFence.create_at(done, 1))
-    rt.HalFence.create_at(done, 1).wait()
+    staging = host_buffer(rt, device, source.byte_length(), rt.BufferUsage.TRANSFER_TARGET)
+    copy_and_wait(rt, device, source, staging)
     mapped = staging.map()
     return np.array(mapped.asarray(tuple(view.shape), arr._get_raw_dtype()), copy=True)
+
+
+def host_buffer(rt: Any, device: Any, nbytes: int, usage: Any) -> Any:
+    """A buffer in host memory the device reaches (pinned, on CUDA), mappable, for ``usage``
+    (a transfer's source or target)."""
+    return device.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(usage | rt.BufferUsage.MAPPING), allocation_size=nbytes)
+
+
+def copy_and_wait(rt: Any, device: Any, source: Any, target: Any) -> None:
+    """Copy ``source`` into ``target`` on the device's queue and wait until it is done."""
+    done = device.create_semaphore(0)
+    device.queue_copy(source, target, wait_semaphores=rt.HalFence.create_at(done, 0),
+                      signal_semaphores=rt.HalFence.create_at(done, 1))
+    rt.HalFence.create_at(done, 1).wait()

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .devices import copy_and_wait, host_buffer
+
 # Smaller arrays go the implicit way: pinning a few pages costs little, and a staged copy adds a
 # host-side wait. Below this size the H100 could not tell the two ways apart (docs/cuda.md).
 MIN_STAGED_BYTES = 64 * 1024
@@ -52,7 +54,7 @@ class StagingBuffers:
             target = self._device.allocator.allocate_buffer(
                 memory_type=int(rt.MemoryType.DEVICE_LOCAL), allowed_usage=int(rt.BufferUsage.DEFAULT),
                 allocation_size=arr.nbytes)
-            self._copy(staging, target)   # waited for: the staging buffer is free for the next call
+            copy_and_wait(rt, self._device, staging, target)   # then the staging buffer is free again
         return rt.DeviceArray(self._device, rt.HalBufferView(target, arr.shape, element_type),
                               override_dtype=arr.dtype)
 
@@ -68,25 +70,16 @@ class StagingBuffers:
         wanted = raw if result._override_dtype is None else result._override_dtype
         with self._lock:
             staging, _, host = self._buffer(tuple(view.shape), raw, "out")
-            self._copy(source, staging)
+            copy_and_wait(self._rt, self._device, source, staging)
             return np.array(host, dtype=wanted, copy=True)
-
-    def _copy(self, source: Any, target: Any) -> None:
-        rt = self._rt
-        done = self._device.create_semaphore(0)
-        self._device.queue_copy(source, target, wait_semaphores=rt.HalFence.create_at(done, 0),
-                                signal_semaphores=rt.HalFence.create_at(done, 1))
-        rt.HalFence.create_at(done, 1).wait()
 
     def _buffer(self, shape: tuple[int, ...], dtype: np.dtype, direction: str) -> tuple[Any, Any, np.ndarray]:
         key = (shape, np.dtype(dtype).str, direction)
         if key not in self._buffers:
             rt = self._rt
             usage = rt.BufferUsage.TRANSFER_SOURCE if direction == "in" else rt.BufferUsage.TRANSFER_TARGET
-            buffer = self._device.allocator.allocate_buffer(
-                memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
-                allowed_usage=int(usage | rt.BufferUsage.MAPPING),
-                allocation_size=int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+            buffer = host_buffer(rt, self._device, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize,
+                                 usage)
             mapping = buffer.map()   # kept with the buffer: the view below reads through it
             self._buffers[key] = (buffer, mapping, mapping.asarray(shape, np.dtype(dtype)))
         return self._buffers[key]
