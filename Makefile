@@ -109,15 +109,8 @@ learn-vulkan: setup $(EXAMPLE)
 # for Vulkan (ampere, no verification here: lavapipe is not that GPU), with golden inputs and
 # outputs, in artifacts/gpu; carry it there with iree-base-runtime and run
 # `python scripts/gpu_torch_bench.py run artifacts/gpu resnet18_half resnet18_half@vulkan ...`.
-GPU_MODELS = resnet18_half:x=8x3x224x224 encoder_base:tokens=8x128:int64 resnet_like:x=1x3x64x64 \
-	encoder:tokens=1x16:int64
 gpu-bundles: setup
-	for m in $(GPU_MODELS); do name=$${m%%:*}; ex=$${m#*:}; \
-		$(AOT) build tests.torch_models:$$name --example-input $$ex --accel cuda --host-cpu x86-64-v3 \
-			-o artifacts/gpu/$$name && \
-		$(AOT) build tests.torch_models:$$name --example-input $$ex --accel vulkan:ampere --host-cpu x86-64-v3 \
-			--gate off -o artifacts/gpu/$$name@vulkan || exit 1; done
-	$(PY) scripts/gpu_torch_bench.py reference artifacts/gpu $(foreach m,$(GPU_MODELS),$(firstword $(subst :, ,$(m))))
+	$(PY) scripts/gpu_torch_bench.py bundles artifacts/gpu resnet18_half encoder_base resnet_like encoder
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache

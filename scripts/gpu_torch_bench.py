@@ -1,10 +1,10 @@
 """CUDA bundles against PyTorch eager and torch.compile, on the same GPU machine, in one process.
 
-Here (no GPU needed): build each model of tests/torch_models.py for CUDA and write its golden
-inputs and outputs (PyTorch on the CPU)::
+Here (no GPU needed): build each model of tests/torch_models.py for CUDA and for Vulkan
+(``NAME@vulkan``) and write its golden inputs and outputs (PyTorch on the CPU); `make
+gpu-bundles` does it for the four models of docs/cuda.md::
 
-    aot build tests.torch_models:NAME --example-input ... --accel cuda --host-cpu x86-64-v3 -o DIR/NAME
-    python scripts/gpu_torch_bench.py reference DIR NAME...
+    python scripts/gpu_torch_bench.py bundles DIR NAME...
 
 There (numpy, torch, iree-base-runtime and this checkout)::
 
@@ -41,6 +41,27 @@ from aot.checks import timing  # noqa: E402
 from aot.checks.compare import compare  # noqa: E402
 
 SCHEDULE = timing.Schedule(warmup=10, iterations=200)   # no spinning runtime here: rotate, no idle
+
+
+def bundles(folder: Path, names: list[str]) -> None:
+    """FOLDER/NAME: each model built for CUDA (sm_80); FOLDER/NAME@vulkan: for Vulkan (ampere,
+    the gate off as for CUDA; verification skips itself where the GPU is not this machine's);
+    then their golden data (``reference``). Example shapes from tests/torch_models.py."""
+    from aot.api import build
+    from aot.options import BuildOptions
+    from aot.partition.plan import GateMode
+    from aot.runtime.target import Target
+    from tests import torch_models as tm
+
+    examples = {**tm.EXAMPLES, **tm.GPU_EXAMPLES}
+    for name in names:
+        common = dict(host=Target.host("x86-64-v3"), example_inputs=examples[name])
+        for out, options in ((name, BuildOptions(accel=Target.parse("cuda"), **common)),
+                             (f"{name}@vulkan", BuildOptions(accel=Target.parse("vulkan:ampere"),
+                                                             gate=GateMode.OFF, **common))):
+            result = build(f"tests.torch_models:{name}", folder / out, options)
+            print(f"{out}: " + ", ".join(f"{r.name} {r.target}" for r in result.bundle.manifest.regions), flush=True)
+    reference(folder, names)
 
 
 def reference(folder: Path, names: list[str]) -> None:
@@ -181,7 +202,7 @@ def _error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("verb", choices=("reference", "run"))
+    parser.add_argument("verb", choices=("bundles", "reference", "run"))
     parser.add_argument("folder", type=Path)
     parser.add_argument("names", nargs="+")
     parser.add_argument("--iree-flag", action="append", default=[], help="an iree.runtime flag, before any device opens")
@@ -194,6 +215,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--tf32", action="store_true", help="also time eager PyTorch with TF32 on")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
+    if args.verb == "bundles":
+        return bundles(args.folder, args.names)
     if args.verb == "reference":
         return reference(args.folder, args.names)
     if args.iree_flag:
