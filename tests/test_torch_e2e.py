@@ -21,6 +21,8 @@ from conftest import ROOT
 pytestmark = pytest.mark.device
 ATOL = 1e-4
 # The devices each model's regions run on in a Vulkan build: the selection ops go to the host.
+# The gate is off: the small encoder costs less on the host than a call to a GPU (the roofline
+# gate would build it all-host, test_torch_partition.py), and here the accelerator path is tested.
 VULKAN_TARGETS = {"resnet_like": ["vulkan-spirv", "llvm-cpu"], "encoder": ["vulkan-spirv"],
                   "topk_pool": ["vulkan-spirv", "llvm-cpu", "vulkan-spirv"]}
 
@@ -48,7 +50,7 @@ def torch_bundles(tmp_path_factory):
     for name in tm.EXAMPLES:
         for accel in ("vulkan", "none"):
             result = aot.build_torch(getattr(tm, name)(), tm.example_inputs(name),
-                                     tmp_path_factory.mktemp(f"{name}-{accel}"), accel=accel)
+                                     tmp_path_factory.mktemp(f"{name}-{accel}"), accel=accel, gate=GateMode.OFF)
             out[name, accel] = result.bundle.path
     return out
 
@@ -77,7 +79,7 @@ def test_the_onnx_path_agrees_with_the_torch_path(name, torch_bundles, tmp_path)
     x = tm.example_inputs(name, 3)
     path = tmp_path / f"{name}.onnx"
     tm.export_onnx(name, path, x)
-    onnx_bundle = aot.build(path, tmp_path / "onnx").bundle.path
+    onnx_bundle = aot.build(path, tmp_path / "onnx", aot.BuildOptions(gate=GateMode.OFF)).bundle.path
     onnx_targets = [r.target.backend for r in runtime.manifest.read(onnx_bundle).regions]
     assert onnx_targets == VULKAN_TARGETS[name]
     err = _max_abs(_run(onnx_bundle, x), _run(torch_bundles[name, "vulkan"], x))
@@ -118,7 +120,7 @@ def test_a_factory_without_example_inputs_is_a_clear_error(tmp_path):
 def test_cuda_builds_keep_fused_attention_and_compile_without_a_gpu(tmp_path):
     """No GPU here: the CUDA modules compile (nothing falls back) and are checked on a GPU machine."""
     result = aot.build_torch(tm.encoder(), tm.example_inputs("encoder"), tmp_path, accel="cuda",
-                             host=aot.Target.host("x86-64-v3"))
+                             host=aot.Target.host("x86-64-v3"), gate=GateMode.OFF)
     regions = result.bundle.manifest.regions
     assert [(r.target.backend, result.bundle.record.region(r.name).fallback) for r in regions] == [("cuda", None)]
     ops = {g.op for g in result.bundle.record.graph}

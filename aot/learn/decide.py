@@ -160,7 +160,7 @@ def decide(view: GraphView, popts: PartitionOptions, options: "BuildOptions") ->
         cost, detail = est.cost(plan), ""
     if popts.gate is GateMode.LEARNED:
         plan = learned_gate(plan, view, est, cost, options.gate_margin, detail)
-    elif popts.gate is GateMode.ROOFLINE and len(plan.regions) > 1 and any(r.device == ACCEL for r in plan.regions):
+    elif popts.gate is GateMode.ROOFLINE and any(r.device == ACCEL for r in plan.regions):
         plan = gate(plan, view, est.roofline, all_accel_ok=False)
         if detail and plan.gate is not None:   # the record says how the learned policy chose, beside the gate
             plan = dataclasses.replace(plan, gate=dataclasses.replace(plan.gate, detail=f"{plan.gate.detail}; {detail}"))

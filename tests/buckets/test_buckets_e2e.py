@@ -15,6 +15,7 @@ from aot.buckets.padding import PaddingError
 from aot.checks import reference
 from aot.errors import BundleError, ModelError, RuntimeInputError
 from aot.options import BuildOptions
+from aot.partition.plan import GateMode
 
 import bucket_models as models
 
@@ -37,13 +38,14 @@ def cnn(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cnn_buckets(cnn, tmp_path_factory):
-    """The CNN with buckets 1, 2, 4 on Vulkan (lavapipe) + CPU, and the folders it published."""
+    """The CNN with buckets 1, 2, 4 on Vulkan (lavapipe) + CPU, and the folders it published (the
+    gate off: the roofline would keep this small CNN on the host)."""
     from aot.bundle import write
 
     real = write.publish
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(write, "publish", lambda staging, target: (PUBLISHED.append(target), real(staging, target)))
-        return api.build(cnn, tmp_path_factory.mktemp("cnn") / "out", BuildOptions(batch_buckets="1,2,4"))
+        return api.build(cnn, tmp_path_factory.mktemp("cnn") / "out", BuildOptions(batch_buckets="1,2,4", gate=GateMode.OFF))
 
 
 PUBLISHED: list = []   # the folders the cnn_buckets build published, in order

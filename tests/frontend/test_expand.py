@@ -120,11 +120,13 @@ def test_an_opset_23_decoder_block_builds_and_matches_onnxruntime(tmp_path, acce
     import aot
     from aot import record
     from aot.options import BuildOptions
+    from aot.partition.plan import GateMode
     from aot.runtime.target import Target
 
     path = tmp_path / "block.onnx"
     onnx.save(decoder_block(), str(path))
-    result = aot.build(path, tmp_path / "out", BuildOptions(accel=None if accel == "none" else Target.parse(accel)))
+    result = aot.build(path, tmp_path / "out", BuildOptions(accel=None if accel == "none" else Target.parse(accel),
+                                                                gate=GateMode.OFF))
     rec = record.read(result.bundle.path)
     assert rec is not None and {w.op for w in rec.rewrites} == {"Attention", "RMSNormalization", "RotaryEmbedding"}
     backends = {r.target.backend for r in result.bundle.manifest.regions}
