@@ -356,11 +356,19 @@ def _pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
 
 
 def _forget_placeholder_dims(model: onnx.ModelProto) -> None:
-    """Turn -1/0 dims in intermediate and output annotations into unknown dims, so that shape
-    inference fills them in instead of reporting a conflict with the pinned input shapes."""
+    """Turn -1/0 and symbolic dims in intermediate and output annotations into unknown dims, so
+    that shape inference fills them in from the pinned input shapes instead of reporting a
+    conflict or keeping the symbol. A value_info entry that repeats a graph output is dropped: the
+    output's own annotation is the one inference updates, and IREE's importer types the value by
+    the stale copy (YOLOv8's torch export: ``output0`` as ``[?,22,?]`` against ``[1,22,2100]``)."""
+    outputs = {v.name for v in model.graph.output}
+    kept = [vi for vi in model.graph.value_info if vi.name not in outputs]
+    if len(kept) < len(model.graph.value_info):
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept)
     for vi in (*model.graph.value_info, *model.graph.output):
         for dim in vi.type.tensor_type.shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value <= 0:
+            if dim.HasField("dim_param") or (dim.HasField("dim_value") and dim.dim_value <= 0):
                 dim.Clear()
 
 

@@ -59,6 +59,26 @@ def test_dynamic_input_needs_a_shape_and_the_hint_says_how(tmp_path):
     assert source.inputs[0].shape == (3, 4) and source.outputs[0].shape == (3, 4)
 
 
+def test_a_stale_symbolic_annotation_of_an_output_is_forgotten_and_the_import_is_static(tmp_path):
+    """torch's exporter with dynamic axes annotates every value, the outputs too, in value_info
+    with its symbols; with the inputs pinned IREE's importer typed the output by that stale copy
+    ([?,4] against the function's [3,4]) and failed (NudeNet's YOLOv8n)."""
+    from aot.lower.importer import import_onnx
+
+    m = small_model(dynamic=True)
+    m.graph.value_info.extend([helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+                               helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 4])])
+    p = tmp_path / "dynamic.onnx"
+    onnx.save(m, str(p))
+    source = load.load(p, {"x": (3, 4)})
+    assert "y" not in {v.name for v in source.model.graph.value_info}
+    assert [(v.name, v.shape) for v in source.outputs] == [("y", (3, 4))]
+    hidden = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in source.model.graph.value_info}
+    assert hidden["h"] == [3, 4]
+    mlir = import_onnx(source.model, "m", tmp_path, tmp_path / "w.irpa").mlir
+    assert "!torch.vtensor<[3,4],f32>" in mlir and "[?,4]" not in mlir
+
+
 def test_input_shape_for_unknown_input(tmp_path):
     p = tmp_path / "m.onnx"
     onnx.save(small_model(), p)
