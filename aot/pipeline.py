@@ -182,10 +182,14 @@ def build_torch(source: "TorchSource", out_dir: Path, options: BuildOptions = Bu
 
 
 def build_planned(planned: Planned, out_dir: Path, options: BuildOptions = BuildOptions(),
-                  progress: Progress = lambda s: None, clock: "_Clock | None" = None) -> BuildResult:
-    """Compile, check and publish exactly ``planned.plan``."""
+                  progress: Progress = lambda s: None, clock: "_Clock | None" = None,
+                  cache: Path | None = None) -> BuildResult:
+    """Compile, check and publish exactly ``planned.plan`` (``cache``: a compile cache shared
+    with other builds, where ``AOT_CACHE_DIR`` does not name one)."""
     clock = clock or _Clock(progress)
     ws = Workspace.at(Path(out_dir))
+    if cache is not None and ws.shared_cache is None:
+        ws = dataclasses.replace(ws, shared_cache=cache)
     ws.prepare()
     try:
         staged = stage_planned(planned, ws, options, progress, clock)

@@ -8,7 +8,9 @@ accelerator where every node can go there; and seeded random perturbations of re
 boundaries (a node moved to the other device, repaired by the cycle-free merge and checked by
 ``plan.validate``). They are deduplicated by their key
 (``key.plan_key``), so a plan measured before is skipped, and a killed collection resumes where
-it stopped. Compiles hit the content-hash cache for regions that repeat across candidates.
+it stopped. Compiles hit the content-hash cache for regions that repeat across candidates: the
+collection's own (``WORK/cache``, kept between runs, so a resumed, repeated or widened
+collection compiles only what it has not compiled before), or ``AOT_CACHE_DIR``'s.
 Timing holds the cross-process lock: two collectors never time at once. Each row carries, beside
 the end-to-end median, each region's median on its device (``CheckSession.profile``: every region
 timed alone on the real intermediates of a run), under the region's digest.
@@ -119,6 +121,9 @@ def _order_candidates(planned: Planned) -> Iterator[Candidate]:
         yield Candidate(f"order search {k}", plan)
 
 
+CACHE = "cache"   # the compile cache under the collection's work folder
+
+
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
             perturbations: int = 8, seed: int = 0, iterations: int = 20,
             progress: Progress = lambda s: None, max_plans: int | None = None,
@@ -154,7 +159,8 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
         for i, (cand, key) in enumerate(todo):
             out = work / f"c{i}"
             try:
-                result = build_planned(dataclasses.replace(planned, plan=cand.plan), out, options)
+                result = build_planned(dataclasses.replace(planned, plan=cand.plan), out, options,
+                                       cache=work / CACHE)
                 manifest = result.bundle.manifest
                 inputs = reference.random_inputs(manifest.inputs, seed=0)
                 with costdb.timing_lock(database):

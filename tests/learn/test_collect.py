@@ -55,6 +55,13 @@ def test_collect_measures_each_distinct_plan_once_and_resumes(tmp_path):
                    for r, p in zip(rows, plans))
     again = collect.collect(model, database, tmp_path / "work", options, perturbations=2, iterations=2)
     assert (again.measured, again.skipped) == (0, first.candidates)   # resumed: nothing measured twice
+    # Measured again (--repeats 2): every plan rebuilt from the collection's compile cache.
+    cache = tmp_path / "work" / collect.CACHE
+    compiled = sorted(p for p in cache.rglob("*") if p.is_file())
+    assert any(p.suffix == ".vmfb" for p in compiled)
+    twice = collect.collect(model, database, tmp_path / "work", options, perturbations=2, iterations=2, repeats=2)
+    assert (twice.measured, twice.failed) == (first.candidates, ())
+    assert sorted(p for p in cache.rglob("*") if p.is_file()) == compiled
 
 
 def test_a_generated_graph_gives_distinct_valid_candidates(tmp_path):
@@ -111,7 +118,8 @@ def _fake_builds(monkeypatch):
     """``collect`` with the build and the devices replaced: what it stores, not what IREE does."""
     built: list[Plan] = []
 
-    def build(planned, out, options):
+    def build(planned, out, options, cache=None):
+        assert cache == out.parent / collect.CACHE   # one compile cache for the whole collection
         built.append(planned.plan)
         regions = tuple(SimpleNamespace(name=r.name, flags=("--f",) if r.device.value == "accel" else ())
                         for r in planned.plan.regions)
