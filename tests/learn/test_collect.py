@@ -39,7 +39,7 @@ def _mlp(path):
 
 
 @pytest.mark.device   # builds every candidate with IREE and times it on lavapipe
-def test_collect_measures_each_distinct_plan_once_and_resumes(tmp_path):
+def test_collect_measures_each_distinct_plan_once_and_resumes(tmp_path, private_compile_cache):
     model, database = _mlp(tmp_path / "mlp.onnx"), tmp_path / "costs.sqlite"
     options = BuildOptions(accel=Target.parse("vulkan"))
     first = collect.collect(model, database, tmp_path / "work", options, perturbations=2, iterations=2)
