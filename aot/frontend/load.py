@@ -29,6 +29,8 @@ from aot.frontend.legalize.unlowerable import unlowerable_nodes
 from aot.frontend.narrow_types import carry_narrow_types
 from aot.frontend.passes import run_sequence, run_to_fixpoint
 from aot.frontend.source import ONNX_FAMILIES, OpFamily
+from aot.frontend.static_shapes import (forget_placeholder_dims, is_fixed, pin_input_shapes, real_inputs,
+                                        require_static_outputs)
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
 from aot.runtime.manifest import IndexOp
 
@@ -102,15 +104,15 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     model = _upgrade_opset(model, path)
-    _pin_input_shapes(model, dict(input_shapes or {}), path)
-    _forget_placeholder_dims(model)
+    pin_input_shapes(model, dict(input_shapes or {}), path)
+    forget_placeholder_dims(model)
     _name_nodes(model)
     model = _check_and_infer(model, path)
     model, narrow, carried = _carry_narrow_types(model, path)
     model, expanded = _expand(model, path)
     model, folded = _simplify(model, path)
     model, legalized = _legalize(model, path)
-    _require_static_outputs(model)
+    require_static_outputs(model)
     # Two IREE 3.13 bugs avoided; for the CPU, two kinds of convolution rewritten and a third bug avoided.
     cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds, split_pixel_conv_biases)
                   if cpu_conv_rewrites else ())
@@ -125,7 +127,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     # The graph name becomes the MLIR function name; a hostile or 220+ character name crashes
     # iree-compile, so the imported function always gets a fixed name and `name` stays data.
     model.graph.name = "main_graph"
-    inputs = tuple(_spec(v, path, narrow) for v in _real_inputs(model))
+    inputs = tuple(_spec(v, path, narrow) for v in real_inputs(model))
     outputs = tuple(_spec(v, path, narrow) for v in model.graph.output if v.name not in flags)
     return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs,
                        folded_nodes=folded, expanded=carried + expanded + legalized, constants=baked, index_ops=index_ops)
@@ -134,7 +136,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
 def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],
                     path: Path) -> tuple[tuple[str, np.ndarray], ...]:
     """Turn the named inputs into initializers, in the dtype and rank the model declares."""
-    inputs = {v.name: v for v in _real_inputs(model)}
+    inputs = {v.name: v for v in real_inputs(model)}
     baked = []
     for name, value in constants.items():
         if name not in inputs:
@@ -328,55 +330,6 @@ def _upgrade_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
                          hint="re-export the model at opset 17 or newer") from e
 
 
-def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    inits = {t.name for t in model.graph.initializer}
-    return [v for v in model.graph.input if v.name not in inits]
-
-
-def _pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
-    inputs = {v.name: v for v in _real_inputs(model)}
-    for name in shapes:
-        if name not in inputs:
-            raise ModelError(f"--input-shape names {name!r}, which is not an input of the model",
-                             hint=f"inputs are: {', '.join(map(repr, inputs))}")
-    for name, value in inputs.items():
-        dims = value.type.tensor_type.shape.dim
-        if name in shapes:
-            if len(shapes[name]) != len(dims):
-                raise ModelError(f"--input-shape {name}: rank {len(shapes[name])} given, model input has rank {len(dims)}")
-            for dim, size in zip(dims, shapes[name]):
-                if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
-                    raise ModelError(f"--input-shape {name}: dim {dim.dim_value} is fixed by the model, {size} given")
-                dim.dim_value = size
-        elif not value.type.tensor_type.HasField("shape") or any(not is_fixed(d) for d in dims):
-            shown = "x".join(str(d.dim_value) if is_fixed(d) else (d.dim_param or "?") for d in dims)
-            raise ModelError(f"input {name!r} has a dynamic shape [{shown}]; aot compiles static shapes",
-                             hint=f"pass --input-shape {name}=" + "x".join(
-                                 str(d.dim_value) if is_fixed(d) else "1" for d in dims))
-
-
-def _forget_placeholder_dims(model: onnx.ModelProto) -> None:
-    """Turn -1/0 and symbolic dims in intermediate and output annotations into unknown dims, so
-    that shape inference fills them in from the pinned input shapes instead of reporting a
-    conflict or keeping the symbol. A value_info entry that repeats a graph output is dropped: the
-    output's own annotation is the one inference updates, and IREE's importer types the value by
-    the stale copy (YOLOv8's torch export: ``output0`` as ``[?,22,?]`` against ``[1,22,2100]``)."""
-    outputs = {v.name for v in model.graph.output}
-    kept = [vi for vi in model.graph.value_info if vi.name not in outputs]
-    if len(kept) < len(model.graph.value_info):
-        del model.graph.value_info[:]
-        model.graph.value_info.extend(kept)
-    for vi in (*model.graph.value_info, *model.graph.output):
-        for dim in vi.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") or (dim.HasField("dim_value") and dim.dim_value <= 0):
-                dim.Clear()
-
-
-def is_fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    # Some exporters write -1 for "any size"; only a positive dim_value is a fixed size.
-    return dim.HasField("dim_value") and dim.dim_value > 0
-
-
 def _name_nodes(model: onnx.ModelProto) -> None:
     """Give every node a unique, non-empty name: node names are how regions refer to nodes."""
     seen: set[str] = set()
@@ -425,15 +378,6 @@ def _check_tensor_sizes(values: Iterable[onnx.ValueInfoProto], path: Path) -> No
                              f"more than aot's budget of {MAX_TENSOR_ELEMENTS:,}",
                              hint="check the model's declared shapes (or --input-shape); a tensor this size "
                                   "cannot be compiled or run")
-
-
-def _require_static_outputs(model: onnx.ModelProto) -> None:
-    for v in model.graph.output:
-        t = v.type.tensor_type
-        if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
-            raise ModelError(f"output {v.name!r} has no static shape after shape inference",
-                             hint="pin the inputs with --input-shape or bake shape-deciding inputs "
-                                  "in with --const-input")
 
 
 def _spec(value: onnx.ValueInfoProto, path: Path, narrow: dict[str, int]) -> TensorSpec:

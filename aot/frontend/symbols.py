@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Mapping
 
-from aot.frontend.load import is_fixed, read_model
+from aot.frontend.load import read_model
+from aot.frontend.static_shapes import is_fixed
 from aot.runtime.shapes import Axis
 
 _UNNAMED = ("", "?")
