@@ -138,3 +138,15 @@ def test_a_check_result_with_nan_is_not_ok_and_its_error_is_not_nan():
     c = golden.compare((np.array([NAN]),), [np.array([1.0])], ["y"], atol=1.0)
     result = golden.CheckResult(Path("b"), ("r0:llvm-cpu",), c)
     assert not result.ok and result.max_abs_error == INF and result.failures() == ["output 'y': nan at [0] where the reference has 1.0"]
+
+
+def test_the_check_allows_float32_rounding_relative_to_large_outputs_and_no_more():
+    """A detector's boxes in pixels (~37) differ from onnxruntime's by float32 rounding, 1.5e-4 here
+    (4e-6 relative, YOLOv8n's bundle): over the absolute 1e-4 alone, within 1e-4 + 1e-5 * |ref|."""
+    ref = np.array([36.990814, 0.25], np.float32)
+    close = np.array([36.990692, 0.25], np.float32)
+    assert golden.compare((close,), [ref], ["boxes"])[0].comparison.ok
+    assert not golden.compare((close,), [ref], ["boxes"], rtol=0.0)[0].comparison.ok
+    # A real error on the same outputs (1e-3 relative, or 2e-4 on the small one) still fails, and NaN.
+    for wrong in ([36.95382, 0.25], [36.990814, 0.2502], [NAN, 0.25]):
+        assert not golden.compare((np.array(wrong, np.float32),), [ref], ["boxes"])[0].comparison.ok
