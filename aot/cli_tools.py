@@ -83,6 +83,16 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lc.add_argument("-o", "--output", default="artifacts/learn/work", help="scratch folder for the builds")
     args_.add_options(lc)
     lc.set_defaults(func=_cmd_learn_collect)
+    lr = lsub.add_parser("retime", help="time every plan of each model that one database holds again, side by "
+                                        "side in one process, into another database (labels to rank plans by)")
+    lr.add_argument("models", nargs="+", help="models as the source database names them (zoo:NAME, a path, ...)")
+    lr.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the source cost database (read only)")
+    lr.add_argument("--into", required=True, help="the cost database the side-by-side rows go to")
+    lr.add_argument("--iterations", type=args_.count, default=100, help="interleaved turns (one run of each plan)")
+    lr.add_argument("-o", "--output", default="artifacts/learn/work",
+                    help="scratch folder for the builds (its compile cache is the collection's)")
+    args_.add_options(lr)
+    lr.set_defaults(func=_cmd_learn_retime)
     lt = lsub.add_parser("train", help="fit the learned cost model and proposer on a cost database; write them "
                                        "as JSON trees a build evaluates with numpy (needs the [learn] extra)")
     lt.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the cost database (SQLite)")
@@ -217,6 +227,24 @@ def _cmd_learn_collect(args: argparse.Namespace) -> int:
         print(f"{model}: {done.candidates} distinct plan(s), {done.measured} measured, {done.skipped} already "
               f"in the database, {len(done.failed)} failed")
     print(args.db)
+    return 0
+
+
+def _cmd_learn_retime(args: argparse.Namespace) -> int:
+    from aot.learn import retime
+
+    if not Path(args.db).is_file():
+        raise UsageError(f"no cost database at {args.db!r}", hint="name the one `aot learn collect --db` wrote")
+    if Path(args.into).resolve() == Path(args.db).resolve():
+        raise UsageError("--into names the source database", hint="side-by-side rows go to a database of their own")
+    work = args_.output_folder("-o/--output", args.output)
+    options = args_.build_options(args)
+    for model in args.models:
+        done = retime.retime(model, Path(args.db), Path(args.into), work, options, args.iterations,
+                             progress=lambda s: print(s, file=sys.stderr))
+        print(f"{model}: {done.plans} plan(s), {done.timed} timed side by side in {done.groups} group(s), "
+              f"{done.skipped} already there, {len(done.failed)} failed")
+    print(args.into)
     return 0
 
 

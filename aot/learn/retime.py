@@ -1,0 +1,139 @@
+"""``aot learn retime``: a model's measured plans timed again side by side, into another database.
+
+``collect`` times each plan on its own, minutes or days apart from the model's other plans, and
+on a shared machine the same plan then differs by 14-29% between two such measurements (Kendall
+tau 0.37-0.89 per model between them, docs/learned.md): more than most of its plans differ from
+each other. Ranking plans needs their differences, not their absolute times, so this rebuilds
+every plan of a model that the source database holds (from the collection's compile cache, so
+nothing compiles twice), loads them together and times them interleaved in one process
+(``timing.interleaved``: each turn runs every plan once), and appends one row per plan to the
+target database. Plans whose weights would not fit in memory together are timed in groups, each
+with the same anchor plan, and each group's times are scaled by the anchor's time in the first
+group: the ratios stay side by side. Rows carry the end-to-end time only (no region times), so a
+model trained on them predicts plans whole (``train`` chooses its plan mode by itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from aot.checks import reference, timing
+from aot.errors import AotError
+from aot.learn import db as costdb
+from aot.learn.collect import CACHE
+from aot.learn.key import device_fingerprint, key_of
+from aot.options import BuildOptions
+from aot.partition.plan import GateMode, Plan, validate
+
+GROUP_BYTES = 1 << 30   # bundles' files loaded at once; more is timed in groups around an anchor
+
+
+@dataclass(frozen=True, slots=True)
+class Retimed:
+    model: str
+    plans: int                          # the source's plans of this model that still fit it
+    timed: int                          # rows added to the target
+    skipped: int                        # already in the target
+    groups: int
+    failed: tuple[tuple[str, str], ...]  # (key, why)
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    row: costdb.Measurement
+    bundle: Path
+    nbytes: int
+
+
+def groups_around_anchor(sizes: Sequence[int], limit: int = GROUP_BYTES) -> list[list[int]]:
+    """Indices into ``sizes`` in groups whose sizes sum to at most ``limit``, each starting with
+    index 0 (the anchor), in order; one group when everything fits."""
+    if not sizes:
+        return []
+    groups: list[list[int]] = [[0]]
+    used = sizes[0]
+    for i in range(1, len(sizes)):
+        if len(groups[-1]) > 1 and used + sizes[i] > limit:
+            groups.append([0])
+            used = sizes[0]
+        groups[-1].append(i)
+        used += sizes[i]
+    return groups
+
+
+def scaled_to_anchor(medians: Sequence[dict[int, float]]) -> dict[int, float]:
+    """Each group's medians (by index, the anchor 0 in every group) on the first group's scale."""
+    out: dict[int, float] = {}
+    for group in medians:
+        scale = medians[0][0] / group[0]
+        out.update({i: us * scale for i, us in group.items() if i not in out})
+    return out
+
+
+def retime(model: str, source: Path, target: Path, work: Path, options: BuildOptions = BuildOptions(),
+           iterations: int = 100, progress: Callable[[str], None] = lambda s: None,
+           group_bytes: int = GROUP_BYTES) -> Retimed:
+    from aot import api, runtime
+    from aot.pipeline import build_planned, plan_model
+
+    path, options = api.resolve(model, options)
+    fingerprint = device_fingerprint(options)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    options = dataclasses.replace(options, gate=GateMode.OFF, verify=False)
+    with costdb.CostDatabase(source) as db:
+        rows = [r for r in db.rows() if r.model == model and r.fingerprint == fingerprint]
+    first: dict[str, costdb.Measurement] = {}
+    for r in rows:
+        first.setdefault(r.key, r)
+    with costdb.CostDatabase(target) as db:
+        done = db.keys()
+    fits, failed = [], []
+    for key, row in first.items():
+        try:
+            plan = Plan.from_json(json.loads(row.plan))
+            validate(plan, planned.view)
+        except (AotError, KeyError, ValueError) as e:
+            failed.append((key, f"the stored plan no longer fits the model: {e}"))
+            continue
+        if key_of(planned.view, plan, fingerprint).key != key:
+            failed.append((key, "the stored plan has another key under today's graph"))
+            continue
+        fits.append((row, plan))
+    for key, why in failed:
+        progress(f"retime   {model}: plan {key[:12]} left out: {why}")
+    todo = [(row, plan) for row, plan in fits if row.key not in done]
+    progress(f"retime   {model}: {len(fits)} plan(s), {len(fits) - len(todo)} already retimed, "
+             f"building {len(todo)} from the compile cache")
+    built: list[_Built] = []
+    for i, (row, plan) in enumerate(todo):
+        out = work / f"r{i}"
+        try:
+            result = build_planned(dataclasses.replace(planned, plan=plan), out, options, cache=work / CACHE)
+        except AotError as e:
+            failed.append((row.key, e.message[:200]))
+            progress(f"retime   {model}: plan {row.key[:12]} failed to build: {e.message[:120]}")
+            continue
+        size = sum(p.stat().st_size for p in result.bundle.path.rglob("*") if p.is_file())
+        built.append(_Built(row, result.bundle.path, size))
+    groups = groups_around_anchor([b.nbytes for b in built], group_bytes)
+    medians: list[dict[int, float]] = []
+    with costdb.timing_lock(target):
+        for g, members in enumerate(groups):
+            progress(f"retime   {model}: group {g + 1}/{len(groups)}, {len(members)} plan(s) interleaved, "
+                     f"{iterations} turns")
+            with contextlib.ExitStack() as stack:
+                sessions = {i: stack.enter_context(runtime.load(built[i].bundle)) for i in members}
+                inputs = reference.random_inputs(runtime.manifest.read(built[0].bundle).inputs, seed=0)
+                calls = [(str(i), (lambda s=s: s.run(inputs))) for i, s in sessions.items()]
+                times = timing.interleaved(calls, timing.Schedule(warmup=3, iterations=iterations))
+            medians.append({i: timing.median_us(times[str(i)]) for i in members})
+    labels = scaled_to_anchor(medians) if medians else {}
+    with costdb.CostDatabase(target) as db:
+        for i, b in enumerate(built):
+            db.add(dataclasses.replace(b.row, total_us=labels[i], regions=()))
+    return Retimed(model, len(fits), len(built), len(fits) - len(todo), len(groups), tuple(failed))

@@ -1,0 +1,87 @@
+"""`aot learn retime`: a model's stored plans timed again side by side into another database."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import synthetic
+from aot import runtime
+from aot.learn import collect, db as costdb, retime
+
+
+def test_groups_keep_the_anchor_first_in_each_and_fit_the_limit():
+    assert retime.groups_around_anchor([]) == []
+    assert retime.groups_around_anchor([10, 10, 10], limit=100) == [[0, 1, 2]]
+    groups = retime.groups_around_anchor([30, 40, 40, 40, 10], limit=100)
+    assert groups == [[0, 1], [0, 2], [0, 3, 4]]
+    # A plan too big to share a group with the anchor still gets one of its own with it.
+    assert retime.groups_around_anchor([10, 500, 10], limit=100) == [[0, 1], [0, 2]]
+
+
+def test_each_group_is_scaled_by_its_anchor_to_the_first_groups_time():
+    # The second group ran 2x slower throughout (a busier machine): its ratios to the anchor stay.
+    assert retime.scaled_to_anchor([{0: 100.0, 1: 150.0}, {0: 200.0, 2: 100.0}]) == {0: 100.0, 1: 150.0, 2: 50.0}
+
+
+def _fake_devices(monkeypatch, us_per_region: float):
+    """Builds and timing replaced: each plan "runs" in ``us_per_region`` x its region count, so
+    the side-by-side times differ from the source's rule-made ones."""
+    built: list = []
+
+    def build(planned, out, options, cache=None):
+        assert cache == out.parent / collect.CACHE   # the collection's compile cache
+        out.mkdir(parents=True)
+        (out / "weights.irpa").write_bytes(b"0" * 10)
+        built.append(planned.plan)
+        return SimpleNamespace(bundle=SimpleNamespace(path=out), plan=planned.plan)
+
+    def interleaved(calls, schedule):
+        calls = list(calls)
+        assert len(calls) == len(built)   # every plan in one round, interleaved
+        return {name: [1e-6 * us_per_region * len(built[int(name)].regions)] * schedule.iterations for name, _ in calls}
+
+    monkeypatch.setattr("aot.pipeline.build_planned", build)
+    monkeypatch.setattr(retime.timing, "interleaved", interleaved)
+    monkeypatch.setattr(runtime, "load", lambda path: SimpleNamespace(__enter__=lambda s: s, __exit__=lambda s, *e: None))
+    monkeypatch.setattr(retime.contextlib.ExitStack, "enter_context", lambda self, cm: cm)
+    monkeypatch.setattr(runtime.manifest, "read", lambda path: SimpleNamespace(inputs=()))
+    monkeypatch.setattr(retime.reference, "random_inputs", lambda specs, seed: {})
+    return built
+
+
+def test_every_stored_plan_is_timed_together_into_the_target_and_a_rerun_adds_nothing(tmp_path, monkeypatch):
+    source, target = tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
+    (path,) = synthetic.models(tmp_path, real=1, generated=0)
+    stored = synthetic.fill(source, [path], perturbations=3)
+    built = _fake_devices(monkeypatch, 7.0)
+    lines: list[str] = []
+    done = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5,
+                         progress=lines.append)
+    assert (done.plans, done.timed, done.skipped, done.groups, done.failed) == (stored, stored, 0, 1, ())
+    assert f"{stored} plan(s), 0 already retimed" in lines[0]
+    with costdb.CostDatabase(source) as db:
+        before = {r.key: r for r in db.rows()}
+    with costdb.CostDatabase(target) as db:
+        rows = db.rows()
+        assert db.region_count() == 0
+    assert sorted(r.key for r in rows) == sorted(before)
+    for r in rows:   # the same key, plan, model and devices; the side-by-side time; no region times
+        src = before[r.key]
+        assert (r.plan, r.model, r.graph, r.fingerprint) == (src.plan, src.model, src.graph, src.fingerprint)
+        assert r.total_us == pytest.approx(7.0 * len(json.loads(r.plan)["regions"])) and r.total_us != src.total_us
+    again = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5)
+    assert (again.timed, again.skipped) == (0, done.plans) and len(built) == done.timed
+
+
+def test_the_cli_refuses_a_missing_source_and_the_source_as_target(tmp_path, capsys):
+    from aot import cli
+
+    assert cli.main(["learn", "retime", "zoo:x", "--db", str(tmp_path / "none.sqlite"), "--into", "t.sqlite"]) != 0
+    assert "no cost database at" in capsys.readouterr().err
+    (tmp_path / "c.sqlite").write_bytes(b"")
+    assert cli.main(["learn", "retime", "zoo:x", "--db", str(tmp_path / "c.sqlite"),
+                     "--into", str(tmp_path / "c.sqlite")]) != 0
+    assert "--into names the source database" in capsys.readouterr().err
