@@ -122,7 +122,8 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
         built.append(_Built(row, result.bundle.path, size))
     groups = groups_around_anchor([b.nbytes for b in built], group_bytes)
     medians: list[dict[int, float]] = []
-    with costdb.timing_lock(target):
+    # The source's lock too: a collector still filling it times under that one.
+    with costdb.timing_lock(source), costdb.timing_lock(target):
         for g, members in enumerate(groups):
             progress(f"retime   {model}: group {g + 1}/{len(groups)}, {len(members)} plan(s) interleaved, "
                      f"{iterations} turns")
