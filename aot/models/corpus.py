@@ -73,7 +73,7 @@ CORPUS: tuple[ZooModel, ...] = (
     ZooModel("captcha-crnn", *_CAPTCHA, "captcha_whisperer/models/captcha_crnn.onnx",
              (("image", (1, 3, 60, 160)),), None),
     # NudeNet 3.4: YOLOv8n detector (torch export, opset 17, dynamic H/W), at its own 320x320.
-    # Held out until its import failure was fixed (frontend/load.py: its stale symbolic output
+    # Held out until its import failure was fixed (frontend/static_shapes.py: its stale symbolic output
     # annotation), which made it a development model.
     ZooModel("nudenet-yolov8n", *_NUDENET, "nudenet/320n.onnx", (("images", (1, 3, 320, 320)),), None),
     # ddddocr's text-box detector: YOLOX (CSP backbone, SiLU, decoupled head with the grid decode
