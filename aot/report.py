@@ -186,7 +186,7 @@ def _decision_lines(m: Manifest, rec: BuildRecord) -> list[str]:
     lines = []
     gate = rec.partition.gate
     if gate:
-        lines.append(f"\ngate: {'partition accepted' if gate.accepted else 'partition rejected'}: {gate.detail}")
+        lines.append(f"\ngate: {gate.verdict()}: {gate.detail}")
         if (predicted := gate.prediction_line()) is not None:
             lines.append(f"  {predicted}")
     if rec.verification and rec.verification.skipped:
@@ -362,8 +362,8 @@ def html_page(m: Manifest, rec: BuildRecord | None) -> str:
     unsupported = "".join(f"<tr><td>{esc(u.op)}</td><td>{u.count}</td><td>{esc(u.reason)}</td></tr>"
                           for u in (part.coverage.unsupported if part.coverage else ()))
     gate = part.gate
-    gate_html = (f"<p><b>Gate:</b> {'partition accepted' if gate.accepted else 'partition rejected'} &mdash; "
-                 f"{esc(gate.detail)}</p>") if gate else "<p><b>Gate:</b> not applied (one region, or --no-gate)</p>"
+    gate_html = (f"<p><b>Gate:</b> {gate.verdict()} &mdash; {esc(gate.detail)}</p>" if gate
+                 else "<p><b>Gate:</b> not applied (no accelerator region, or --no-gate)</p>")
     if gate and (predicted := gate.prediction_line()) is not None:
         gate_html += f"<p>{esc(predicted)}</p>"
     tips = "".join(f"<li>{esc(t)}</li>" for t in part.suggestions)
@@ -419,8 +419,8 @@ def plan_summary(planned: "Planned") -> str:
     est = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, planned.cost, plan.schedule)
     lines.append(f"estimated {est.total_us:.1f} us ({est.hops} transfer(s), {est.transfer_us:.1f} us of it)")
     g = plan.gate
-    lines.append("gate: " + ("not applied (one region or --no-gate)" if g is None else
-                             ("partition accepted: " if g.accepted else "partition rejected: ") + g.detail))
+    lines.append("gate: " + ("not applied (no accelerator region, or --no-gate)" if g is None
+                             else f"{g.verdict()}: {g.detail}"))
     lines += [f"  {p}" for p in [g.prediction_line() if g else None] if p]
     lines += [f"suggestion: {t}" for t in record.suggestions]
     return "\n".join(lines)

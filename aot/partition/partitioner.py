@@ -149,12 +149,14 @@ def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) ->
                + f" all-host {host:.1f} us" + (f" vs all-accelerator {accel:.1f} us" if accel is not None else "")
                + f" (cost model: {cost.source})")
     if partitioned < best_single:
-        return Plan(plan.regions, plan.schedule, plan.reasons, Gate(True, partitioned, host, accel, numbers))
+        return Plan(plan.regions, plan.schedule, plan.reasons,
+                    Gate(True, partitioned, host, accel, numbers, whole_accel=whole_accel))
     single = single_region_plan(view, best_device)
     why = (f"the gate kept the whole model on the host: the accelerator does not beat it; {numbers}" if whole_accel
            else f"the gate kept one {best_device} region: the partition does not beat it; {numbers}")
     reasons = tuple((n, why) for n in nodes) if best_device == HOST else ()
-    return Plan(single.regions, single.schedule, reasons, Gate(False, partitioned, host, accel, numbers))
+    return Plan(single.regions, single.schedule, reasons,
+                Gate(False, partitioned, host, accel, numbers, whole_accel=whole_accel))
 
 
 def plan_from_groups(view: GraphView, groups: Groups, reasons: dict[str, str] | None = None) -> Plan:

@@ -68,6 +68,13 @@ class Gate:
     rows: tuple[int, ...] = field(default=(), omit_default=True)
     fallback: str = field(default="", omit_default=True)
     measured_us: float | None = field(default=None, omit_default=True)
+    whole_accel: bool = field(default=False, omit_default=True)   # the plan judged was one accelerator region
+
+    def verdict(self) -> str:
+        """What the report says the gate decided: "partition accepted", "whole model on the
+        accelerator rejected", ..."""
+        judged = "whole model on the accelerator" if self.whole_accel else "partition"
+        return f"{judged} {'accepted' if self.accepted else 'rejected'}"
 
     def predicted_us(self) -> float:
         """The estimate for the plan the gate shipped: the partition's, or the whole model's on the host."""

@@ -10,7 +10,7 @@ from aot.frontend.graph import GraphView, Node, Value
 from aot.frontend.torch.export import export
 from aot.options import BuildOptions
 from aot.partition.cost import node_flops
-from aot.partition.plan import GateMode
+from aot.partition.plan import GateMode, Plan
 from aot.partition.support import SupportTable
 from aot.pipeline import plan_model, plan_torch
 from aot.runtime.target import Target
@@ -71,6 +71,8 @@ def test_the_roofline_gate_keeps_a_small_whole_accelerator_model_on_the_host(acc
     gate = p.plan.gate
     assert gate is not None and not gate.accepted
     assert gate.all_accel_us == gate.partitioned_us > gate.all_host_us
+    assert gate.whole_accel and gate.verdict() == "whole model on the accelerator rejected"
+    assert Plan.from_json(p.plan.to_json()).gate == gate     # the plan file keeps what was judged
     why = dict(p.plan.reasons)
     assert all(why[n.name].startswith("the gate kept the whole model on the host: the accelerator does not beat it")
                for n in p.view.nodes)
@@ -85,6 +87,7 @@ def test_the_roofline_gate_keeps_a_whole_accelerator_model_that_pays(accel):
     assert _devices(p) == ["accel"]
     gate = p.plan.gate
     assert gate is not None and gate.accepted and gate.partitioned_us < gate.all_host_us
+    assert gate.verdict() == "whole model on the accelerator accepted"
 
 
 @pytest.mark.parametrize("name", list(tm.EXAMPLES))
