@@ -85,3 +85,20 @@ def test_the_cli_refuses_a_missing_source_and_the_source_as_target(tmp_path, cap
     assert cli.main(["learn", "retime", "zoo:x", "--db", str(tmp_path / "c.sqlite"),
                      "--into", str(tmp_path / "c.sqlite")]) != 0
     assert "--into names the source database" in capsys.readouterr().err
+
+
+@pytest.mark.device   # builds with IREE and times on lavapipe
+def test_a_real_collection_is_retimed_side_by_side_from_its_compile_cache(tmp_path, private_compile_cache):
+    from test_collect import _mlp
+
+    model, source, target = _mlp(tmp_path / "mlp.onnx"), tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
+    stored = collect.collect(model, source, tmp_path / "work", synthetic.VULKAN, perturbations=2, iterations=2)
+    compiled = sorted(p for p in (tmp_path / "work" / collect.CACHE).rglob("*") if p.is_file())
+    done = retime.retime(str(model), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5)
+    assert (done.plans, done.timed, done.groups, done.failed) == (stored.measured, stored.measured, 1, ())
+    assert sorted(p for p in (tmp_path / "work" / collect.CACHE).rglob("*") if p.is_file()) == compiled
+    with costdb.CostDatabase(source) as db:
+        keys = {r.key for r in db.rows()}
+    with costdb.CostDatabase(target) as db:
+        rows = db.rows()
+    assert {r.key for r in rows} == keys and all(r.total_us > 0 and r.total_us < float("inf") for r in rows)
