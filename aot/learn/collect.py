@@ -124,6 +124,28 @@ def _order_candidates(planned: Planned) -> Iterator[Candidate]:
 CACHE = "cache"   # the compile cache under the collection's work folder
 
 
+@dataclass(frozen=True, slots=True)
+class Measuring:
+    """How a collection plans and builds one model: its graph, the options every plan of it is
+    built with (no gate, no verification: the plan is the thing measured) and the device
+    fingerprint its rows carry. ``retime`` builds with the same, so its builds hit the
+    collection's compile cache."""
+
+    path: Path               # the model file (a zoo or corpus name resolved)
+    planned: Planned
+    options: BuildOptions
+    fingerprint: str
+
+
+def measuring(model: str | Path, options: BuildOptions) -> Measuring:
+    from aot import api
+
+    path, options = api.resolve(model, options)
+    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
+    return Measuring(Path(path), planned, dataclasses.replace(options, gate=GateMode.OFF, verify=False),
+                     device_fingerprint(options))
+
+
 def collect(model: str | Path, database: Path, work: Path, options: BuildOptions = BuildOptions(),
             perturbations: int = 8, seed: int = 0, iterations: int = 20,
             progress: Progress = lambda s: None, max_plans: int | None = None,
@@ -132,12 +154,10 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
     new ones, in candidate order, where given: a later collection measures the rest). With
     ``repeats`` > 1, a plan measured fewer times is measured again (another row: the database's
     median over rows is the plan's time, so a timing disturbed once weighs less)."""
-    from aot import api, runtime
+    from aot import runtime
 
-    path, options = api.resolve(model, options)
-    fingerprint = device_fingerprint(options)
-    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
-    options = dataclasses.replace(options, gate=GateMode.OFF, verify=False)
+    how = measuring(model, options)
+    planned, options, fingerprint = how.planned, how.options, how.fingerprint
     measured = skipped = 0
     failed: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -153,7 +173,7 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
                 skipped += 1
             else:
                 todo.append((cand, key))
-        progress(f"collect  {path.name}: {len(seen)} distinct plan(s), {skipped} already measured"
+        progress(f"collect  {how.path.name}: {len(seen)} distinct plan(s), {skipped} already measured"
                  + (f", measuring {min(max_plans, len(todo))} of {len(todo)} new" if max_plans is not None else ""))
         todo = todo[:max_plans]
         for i, (cand, key) in enumerate(todo):

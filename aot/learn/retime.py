@@ -25,10 +25,10 @@ from typing import Callable, Sequence
 from aot.checks import reference, timing
 from aot.errors import AotError
 from aot.learn import db as costdb
-from aot.learn.collect import CACHE
-from aot.learn.key import device_fingerprint, key_of
+from aot.learn.collect import CACHE, measuring
+from aot.learn.key import key_of
 from aot.options import BuildOptions
-from aot.partition.plan import GateMode, Plan, validate
+from aot.partition.plan import Plan, validate
 
 GROUP_BYTES = 1 << 30   # bundles' files loaded at once; more is timed in groups around an anchor
 
@@ -78,13 +78,11 @@ def scaled_to_anchor(medians: Sequence[dict[int, float]]) -> dict[int, float]:
 def retime(model: str, source: Path, target: Path, work: Path, options: BuildOptions = BuildOptions(),
            iterations: int = 100, progress: Callable[[str], None] = lambda s: None,
            group_bytes: int = GROUP_BYTES) -> Retimed:
-    from aot import api, runtime
-    from aot.pipeline import build_planned, plan_model
+    from aot import runtime
+    from aot.pipeline import build_planned
 
-    path, options = api.resolve(model, options)
-    fingerprint = device_fingerprint(options)
-    planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
-    options = dataclasses.replace(options, gate=GateMode.OFF, verify=False)
+    how = measuring(model, options)
+    planned, options, fingerprint = how.planned, how.options, how.fingerprint
     with costdb.CostDatabase(source) as db:
         rows = [r for r in db.rows() if r.model == model and r.fingerprint == fingerprint]
     first: dict[str, costdb.Measurement] = {}
