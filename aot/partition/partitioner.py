@@ -137,7 +137,7 @@ def gate(plan: Plan, view: GraphView, cost: CostModel, *, all_accel_ok: bool) ->
     small model can cost less on the host than one call and its transfers (Silero VAD on an H100:
     0.96 ms on CUDA, 0.16 ms on the host CPU)."""
     nodes = tuple(n.name for n in view.nodes)
-    whole_accel = len(plan.regions) == 1
+    whole_accel = len(plan.regions) == 1 and plan.regions[0].device == ACCEL
     partitioned = plan_cost({r.name: Group(r.device, r.nodes) for r in plan.regions}, view, cost,
                             plan.schedule).total_us
     host = plan_cost({"all": Group(HOST, nodes)}, view, cost).total_us
