@@ -86,7 +86,7 @@ CORPUS: tuple[ZooModel, ...] = (
     ZooModel("magika", *_MAGIKA, "magika/models/standard_v1/model.onnx", (("bytes", (1, 1536)),), 17),
     # Spotify's Basic Pitch (tf2onnx opset 15): a harmonic constant-Q transform written as Convs over
     # 2 s of 22.05 kHz audio, then a small CNN whose convolutions have few output channels and
-    # wide kernels (8 -> 8 over 3x39 frequency bins, 32 -> 1 over 7x7): note, onset and contour maps.
+    # wide kernels (8 -> 8 over 3x39 frequency bins, 32 -> 1 over 7x3): note, onset and contour maps.
     ZooModel("basic-pitch", *_BASIC_PITCH, "basic_pitch/saved_models/icassp_2022/nmp.onnx",
              (("serving_default_input_2:0", (1, 43844, 1)),), 17),
 )
