@@ -160,7 +160,7 @@ def decide(view: GraphView, popts: PartitionOptions, options: "BuildOptions") ->
         cost, detail = est.cost(plan), ""
     if popts.gate is GateMode.LEARNED:
         plan = learned_gate(plan, view, est, cost, options.gate_margin, detail)
-    elif popts.gate is GateMode.ROOFLINE and any(r.device == ACCEL for r in plan.regions):
+    elif popts.gate is GateMode.ROOFLINE and plan.uses_accel:
         plan = gate(plan, view, est.roofline, all_accel_ok=False)
         if detail and plan.gate is not None:   # the record says how the learned policy chose, beside the gate
             plan = dataclasses.replace(plan, gate=dataclasses.replace(plan.gate, detail=f"{plan.gate.detail}; {detail}"))
@@ -171,7 +171,7 @@ def learned_gate(plan: Plan, view: GraphView, est: Estimator, cost: Costed, marg
     """Keep ``plan`` only if its cost is below the whole model on the host by ``margin``."""
     host_plan = single_region_plan(view, HOST)
     host = est.cost(host_plan)
-    partitioned = len(plan.regions) > 1 or any(r.device == ACCEL for r in plan.regions)
+    partitioned = len(plan.regions) > 1 or plan.uses_accel
     accepted = partitioned and cost.us < host.us * (1.0 - margin)
     rows = tuple(dict.fromkeys(cost.rows + host.rows))
     detail = (("" if partitioned else "the chosen plan runs wholly on the host; ")

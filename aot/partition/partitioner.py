@@ -101,7 +101,7 @@ def partition(view: GraphView, options: PartitionOptions) -> Partitioned:
             candidates = search.candidate_plans(view, greedy, segs, cost, options.order_budget, moves_of,
                                                 options.measure_plans)
         greedy = greedy if searched.kept is OrderMode.SEARCH else None
-    if options.gate is GateMode.ROOFLINE and any(r.device == ACCEL for r in plan.regions):
+    if options.gate is GateMode.ROOFLINE and plan.uses_accel:
         plan = gate(plan, view, cost, all_accel_ok=all(lab.device == ACCEL for lab in labels.values()))
     validate(plan, view)
     return Partitioned(plan, searched, greedy, candidates)

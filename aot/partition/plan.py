@@ -12,7 +12,7 @@ from typing import Any
 from aot.errors import PartitionError
 from aot.frontend.graph import GraphView
 from aot.frontend.split import Split
-from aot.partition.support import Device
+from aot.partition.support import ACCEL, Device
 from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.manifest import HostRuntime
@@ -111,6 +111,11 @@ class Plan:
 
     def region(self, name: str) -> Region:
         return next(r for r in self.regions if r.name == name)
+
+    @property
+    def uses_accel(self) -> bool:
+        """Some region runs on the accelerator: the plans a gate judges."""
+        return any(r.device == ACCEL for r in self.regions)
 
     @property
     def pinned_flags(self) -> dict[str, tuple[str, ...]]:
