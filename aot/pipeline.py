@@ -25,6 +25,7 @@ from aot.frontend.source import region_families
 from aot.learn.narrow import learned_chooser
 from aot.lower.compile import CompileJob, compile_all
 from aot.lower.depthwise import CHANNELS_LAST_REASON, lower_host_regions
+from aot.lower.direct_conv import DIRECT_REASON, direct_body
 from aot.lower.executor import Executor, executor_for
 from aot.lower.footprint import device_memory
 from aot.lower.importer import ImportedModule, import_source
@@ -279,8 +280,9 @@ class _Compiler:
         """``opt``: region -> optimisation flags (tuned); other regions get their target's defaults."""
         host, accel = self.options.host, self.options.accel
         target = {r.name: accel if r.device == ACCEL and accel else host for r in plan.regions}
-        outlined, depthwise = lower_host_regions(outline(self.imported, plan, self.planned.view),
-                                                 frozenset(r for r, t in target.items() if t is host))
+        on_host = frozenset(r for r, t in target.items() if t is host)
+        outlined, depthwise = lower_host_regions(outline(self.imported, plan, self.planned.view), on_host)
+        outlined, direct = lower_host_regions(outlined, on_host, direct_body)
         for o in outlined:
             path = self.ws.region_mlir(candidate, o.name)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +301,8 @@ class _Compiler:
         record = dataclasses.replace(self.planned.record, gate=plan.gate)
         described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
                              estimates, self.weights, codec.encode(self.options),
-                             (Rewrite("Conv", depthwise, CHANNELS_LAST_REASON),) if depthwise else ())
+                             tuple(Rewrite("Conv", count, why) for count, why in
+                                   ((depthwise, CHANNELS_LAST_REASON), (direct, DIRECT_REASON)) if count))
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path, link_modules=self.ws.shared_cache is None)
         return Staged(path, described.manifest, described.record, plan,

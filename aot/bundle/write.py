@@ -67,7 +67,7 @@ def describe(source: "ModelSource | TorchSource", view: GraphView, plan: Plan, p
              lowered: tuple[Rewrite, ...] = ()) -> Described:
     """The deploy contract and the build record of a compiled plan (pure: everything they state
     is handed in). ``options``: the resolved build options as JSON; ``lowered``: the rewrites made
-    to the outlined regions' IR (``lower/depthwise.py``), after the front end's."""
+    to the outlined regions' IR (``lower/depthwise.py``, ``lower/direct_conv.py``), after the front end's."""
     by_name = {c.region: c for c in compiled}
     regions, records = [], []
     boundary: dict[str, BoundaryTensor] = {}

@@ -11,14 +11,15 @@ with the same indexing maps is left alone by that pass and gets the same vectori
 The transposes in and out cost a pass over the tensor each (IREE fuses them into neighbouring
 elementwise dispatches where it can); the weights' transpose is a constant expression IREE
 evaluates at load time. Runs on each llvm-cpu region's module after outlining, so partitioned
-builds get it for their host regions too. The only IR rewrite besides ``outline.py``.
+builds get it for their host regions too. ``direct_conv.py`` reuses its matching and splicing
+(``conv_operands``, ``rewrite_ops``) for ordinary convolutions with few output channels.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from aot.lower.outline import OutlinedRegion
@@ -42,8 +43,13 @@ class DepthwiseConv:
     bias: bool
 
 
-def rewrite_depthwise_convs(mlir: str) -> tuple[str, int]:
-    """``mlir`` with each depthwise ``onnx.Conv`` replaced; and how many were replaced."""
+# An op of region MLIR -> the function whose body replaces it (its operands become the
+# function's arguments, its result the returned value), or None to leave it.
+Lowering = Callable[[Any], "str | None"]
+
+
+def rewrite_ops(mlir: str, lowering: Lowering) -> tuple[str, int]:
+    """``mlir`` with every op ``lowering`` gives a body for replaced; and how many were replaced."""
     from iree.compiler import ir
 
     with ir.Context():
@@ -53,15 +59,42 @@ def rewrite_depthwise_convs(mlir: str) -> tuple[str, int]:
             if fn.operation.name != "func.func" or not fn.regions[0].blocks:
                 continue
             for op in list(fn.regions[0].blocks[0].operations):
-                conv = match(op)
-                if conv is not None:
-                    _replace(op, conv)
+                body = lowering(op)
+                if body is not None:
+                    _replace(op, body)
                     count += 1
         return (str(module), count) if count else (mlir, 0)
 
 
-def match(op: Any) -> DepthwiseConv | None:
-    """The depthwise convolution ``op`` is, when it is an ``onnx.Conv`` this rewrite handles."""
+def rewrite_depthwise_convs(mlir: str) -> tuple[str, int]:
+    """``mlir`` with each depthwise ``onnx.Conv`` replaced; and how many were replaced."""
+    return rewrite_ops(mlir, depthwise_body)
+
+
+def depthwise_body(op: Any) -> str | None:
+    conv = match(op)
+    return None if conv is None else body_mlir(conv)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvOperands:
+    """A static 2-D ``onnx.Conv`` as region MLIR states it: the shapes of its operands and result,
+    its attributes, and whether it has a bias. What the convolution rewrites match on."""
+
+    x: tuple[int, ...]
+    w: tuple[int, ...]
+    y: tuple[int, ...]
+    group: int
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    dtype: str
+    bias: bool
+
+
+def conv_operands(op: Any) -> ConvOperands | None:
+    """``op``'s operands when it is an ``onnx.Conv`` over static 4-D float tensors with explicit
+    padding and a bias of one value per output channel, if any; None otherwise."""
     if op.operation.name != "torch.operator" or str(op.operation.attributes["name"]) != '"onnx.Conv"':
         return None
     attrs = {name: str(op.operation.attributes[name]) for name in op.operation.attributes}
@@ -73,36 +106,47 @@ def match(op: Any) -> DepthwiseConv | None:
         return None
     x, w, *rest = (tuple(int(d) for d in t[1].split(",")) for t in types)
     y = rest[-1]
-    channels = x[1] if len(x) == 4 else -1
-    group = _ints(attrs.get("torch.onnx.group", "1 : si64"))
-    if len(x) != 4 or group != [channels] or w[:2] != (channels, 1) or len(w) != 4 or y[1] != channels:
+    if len(x) != 4 or len(w) != 4 or len(y) != 4 or (len(rest) == 2 and rest[0] != (y[1],)):
         return None
-    if len(rest) == 2 and rest[0] != (channels,):
-        return None
+    group = _ints(attrs.get("torch.onnx.group", "1 : si64")) or [1]
     pads = _ints(attrs.get("torch.onnx.pads", "")) or [0, 0, 0, 0]
     strides = _ints(attrs.get("torch.onnx.strides", "")) or [1, 1]
     dilations = _ints(attrs.get("torch.onnx.dilations", "")) or [1, 1]
-    conv = DepthwiseConv(x, y, (w[2], w[3]), (strides[0], strides[1]), (dilations[0], dilations[1]),
-                         (pads[0], pads[1], pads[2], pads[3]), types[0][2], len(rest) == 2)
-    return conv if _output_shape(conv) == y else None
+    if len(group) != 1 or len(pads) != 4 or len(strides) != 2 or len(dilations) != 2:
+        return None
+    return ConvOperands(x, w, y, group[0], (strides[0], strides[1]), (dilations[0], dilations[1]),
+                        (pads[0], pads[1], pads[2], pads[3]), types[0][2], len(rest) == 2)
+
+
+def match(op: Any) -> DepthwiseConv | None:
+    """The depthwise convolution ``op`` is, when it is an ``onnx.Conv`` this rewrite handles."""
+    c = conv_operands(op)
+    if c is None:
+        return None
+    channels = c.x[1]
+    if c.group != channels or c.w[:2] != (channels, 1) or expected_output(c) != c.y:
+        return None
+    return DepthwiseConv(c.x, c.y, (c.w[2], c.w[3]), c.strides, c.dilations, c.pads, c.dtype, c.bias)
 
 
 def _ints(attr: str) -> list[int]:
     return [int(v) for v in _INT.findall(attr)]
 
 
-def _output_shape(c: DepthwiseConv) -> tuple[int, ...]:
-    n, ch, h, w = c.x
-    (kh, kw), (sh, sw), (dh, dw) = c.kernel, c.strides, c.dilations
+def expected_output(c: ConvOperands) -> tuple[int, ...]:
+    """The result shape ``c``'s operands and attributes give (NCHW), to check the stated one by."""
+    n, _, h, w = c.x
+    kh, kw = c.w[2], c.w[3]
+    (sh, sw), (dh, dw) = c.strides, c.dilations
     height, width = h + c.pads[0] + c.pads[2], w + c.pads[1] + c.pads[3]
-    return n, ch, (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
+    return n, c.w[0], (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
 
 
-def _replace(op: Any, conv: DepthwiseConv) -> None:
-    """Clone the channels-last body in before ``op``, wired to its operands; then drop ``op``."""
+def _replace(op: Any, body: str) -> None:
+    """Clone the function ``body``'s ops in before ``op``, wired to its operands; then drop ``op``."""
     from iree.compiler import ir
 
-    helper = ir.Module.parse(body_mlir(conv))
+    helper = ir.Module.parse(body)
     fn = helper.body.operations[0]
     block = fn.regions[0].blocks[0]
     mapping = dict(zip(block.arguments, op.operands))
@@ -172,15 +216,15 @@ def body_mlir(c: DepthwiseConv) -> str:
 }}"""
 
 
-def lower_host_regions(outlined: tuple["OutlinedRegion", ...],
-                       host: frozenset[str]) -> tuple[tuple["OutlinedRegion", ...], int]:
-    """Each region in ``host`` (compiled for llvm-cpu) with its depthwise convolutions rewritten;
-    and how many were rewritten in all."""
+def lower_host_regions(outlined: tuple["OutlinedRegion", ...], host: frozenset[str],
+                       lowering: Lowering = depthwise_body) -> tuple[tuple["OutlinedRegion", ...], int]:
+    """Each region in ``host`` (compiled for llvm-cpu) with the ops ``lowering`` matches (by
+    default its depthwise convolutions) rewritten; and how many were rewritten in all."""
     import dataclasses
 
     out, total = [], 0
     for o in outlined:
-        mlir, count = rewrite_depthwise_convs(o.mlir) if o.name in host else (o.mlir, 0)
+        mlir, count = rewrite_ops(o.mlir, lowering) if o.name in host else (o.mlir, 0)
         out.append(dataclasses.replace(o, mlir=mlir) if count else o)
         total += count
     return tuple(out), total

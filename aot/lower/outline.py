@@ -1,7 +1,7 @@
 """Cut each region of a plan out of the imported MLIR into a module of its own.
 
-With ``lower/depthwise.py`` (channels-last depthwise convolutions in host regions), the only
-code that rewrites IR. Each region becomes ``func.func @<region>`` whose arguments and
+With ``lower/depthwise.py`` and ``lower/direct_conv.py`` (convolutions of host regions kept out
+of im2col), the only code that rewrites IR. Each region becomes ``func.func @<region>`` whose arguments and
 results are the region's boundary tensors; weights stay ``util.global`` parameter references into
 the shared archive, and inline constants are copied into every region that reads them.
 """
