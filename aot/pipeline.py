@@ -24,7 +24,7 @@ from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
 from aot.learn.narrow import learned_chooser
 from aot.lower.compile import CompileJob, compile_all
-from aot.lower.depthwise import CHANNELS_LAST_REASON, lower_host_regions
+from aot.lower.depthwise import CHANNELS_LAST_REASON, depthwise_body, lower_host_regions
 from aot.lower.direct_conv import DIRECT_REASON, direct_body
 from aot.lower.executor import Executor, executor_for
 from aot.lower.footprint import device_memory
@@ -281,8 +281,9 @@ class _Compiler:
         host, accel = self.options.host, self.options.accel
         target = {r.name: accel if r.device == ACCEL and accel else host for r in plan.regions}
         on_host = frozenset(r for r, t in target.items() if t is host)
-        outlined, depthwise = lower_host_regions(outline(self.imported, plan, self.planned.view), on_host)
-        outlined, direct = lower_host_regions(outlined, on_host, direct_body)
+        # Depthwise first: a one-channel convolution is depthwise, and lowered channels-last.
+        outlined, (depthwise, direct) = lower_host_regions(outline(self.imported, plan, self.planned.view),
+                                                           on_host, depthwise_body, direct_body)
         for o in outlined:
             path = self.ws.region_mlir(candidate, o.name)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -48,27 +48,30 @@ class DepthwiseConv:
 Lowering = Callable[[Any], "str | None"]
 
 
-def rewrite_ops(mlir: str, lowering: Lowering) -> tuple[str, int]:
-    """``mlir`` with every op ``lowering`` gives a body for replaced; and how many were replaced."""
+def rewrite_ops(mlir: str, *lowerings: Lowering) -> tuple[str, tuple[int, ...]]:
+    """``mlir`` with every op the first of ``lowerings`` to give a body for replaced (one parse
+    for all of them); and how many each replaced."""
     from iree.compiler import ir
 
+    counts = [0] * len(lowerings)
     with ir.Context():
         module = ir.Module.parse(mlir)
-        count = 0
         for fn in module.body.operations:
             if fn.operation.name != "func.func" or not fn.regions[0].blocks:
                 continue
             for op in list(fn.regions[0].blocks[0].operations):
-                body = lowering(op)
-                if body is not None:
-                    _replace(op, body)
-                    count += 1
-        return (str(module), count) if count else (mlir, 0)
+                for i, lowering in enumerate(lowerings):
+                    if (body := lowering(op)) is not None:
+                        _replace(op, body)
+                        counts[i] += 1
+                        break
+        return (str(module) if any(counts) else mlir), tuple(counts)
 
 
 def rewrite_depthwise_convs(mlir: str) -> tuple[str, int]:
     """``mlir`` with each depthwise ``onnx.Conv`` replaced; and how many were replaced."""
-    return rewrite_ops(mlir, depthwise_body)
+    mlir, (count,) = rewrite_ops(mlir, depthwise_body)
+    return mlir, count
 
 
 def depthwise_body(op: Any) -> str | None:
@@ -217,14 +220,15 @@ def body_mlir(c: DepthwiseConv) -> str:
 
 
 def lower_host_regions(outlined: tuple["OutlinedRegion", ...], host: frozenset[str],
-                       lowering: Lowering = depthwise_body) -> tuple[tuple["OutlinedRegion", ...], int]:
-    """Each region in ``host`` (compiled for llvm-cpu) with the ops ``lowering`` matches (by
-    default its depthwise convolutions) rewritten; and how many were rewritten in all."""
+                       *lowerings: Lowering) -> tuple[tuple["OutlinedRegion", ...], tuple[int, ...]]:
+    """Each region in ``host`` (compiled for llvm-cpu) with the ops ``lowerings`` match (by
+    default its depthwise convolutions) rewritten; and how many each rewrote in all."""
     import dataclasses
 
-    out, total = [], 0
+    lowerings = lowerings or (depthwise_body,)
+    out, totals = [], [0] * len(lowerings)
     for o in outlined:
-        mlir, count = rewrite_ops(o.mlir, lowering) if o.name in host else (o.mlir, 0)
-        out.append(dataclasses.replace(o, mlir=mlir) if count else o)
-        total += count
-    return tuple(out), total
+        mlir, counts = rewrite_ops(o.mlir, *lowerings) if o.name in host else (o.mlir, (0,) * len(lowerings))
+        out.append(dataclasses.replace(o, mlir=mlir) if any(counts) else o)
+        totals = [t + c for t, c in zip(totals, counts)]
+    return tuple(out), tuple(totals)

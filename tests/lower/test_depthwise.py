@@ -86,7 +86,7 @@ def test_only_host_regions_are_rewritten(tmp_path):
     mlir = _imported(_chain(), tmp_path)
     regions = (OutlinedRegion("r0", "r0", mlir, ("x",), ("grouped",)),
                OutlinedRegion("r1", "r1", mlir, ("x",), ("grouped",)))
-    lowered, count = depthwise.lower_host_regions(regions, frozenset({"r1"}))
+    lowered, (count,) = depthwise.lower_host_regions(regions, frozenset({"r1"}))
     assert count == 4 and lowered[0] is regions[0] and _convs(lowered[1].mlir) == 2
 
 
