@@ -167,6 +167,29 @@ def _replace(op: Any, body: str) -> None:
     op.operation.erase()
 
 
+def accumulator_init(bias: bool, channels: int, t: str, out: str, channel_map: str) -> str:
+    """``%init``: the convolution's accumulator of type ``tensor<out>`` (from ``%e``), the bias
+    ``%bt`` broadcast by ``channel_map`` (its channel dim, e.g. ``(n, h, w, c) -> (c)``) or zeros."""
+    if not bias:
+        return f"%init = linalg.fill ins(%zero : {t}) outs(%e : tensor<{out}>) -> tensor<{out}>"
+    dims = channel_map.split("->")[0].strip()
+    return f"""%b = torch_c.to_builtin_tensor %bt : !torch.vtensor<[{channels}],{t}> -> tensor<{channels}x{t}>
+    %init = linalg.generic {{indexing_maps = [affine_map<{channel_map}>, affine_map<{dims} -> {dims}>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%b : tensor<{channels}x{t}>) outs(%e : tensor<{out}>) {{
+    ^bb0(%v: {t}, %o: {t}):
+      linalg.yield %v : {t}
+    }} -> tensor<{out}>"""
+
+
+def zero_pad(result: str, source: str, low: tuple[int, ...], high: tuple[int, ...], source_type: str,
+             padded_type: str, t: str) -> str:
+    """``%result = tensor.pad %source`` with zeros."""
+    return f"""%{result} = tensor.pad %{source} low{list(low)} high{list(high)} {{
+    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+      %pad = arith.constant 0.0 : {t}
+      tensor.yield %pad : {t}
+    }} : tensor<{source_type}> to tensor<{padded_type}>"""
+
+
 def body_mlir(c: DepthwiseConv) -> str:
     """A function computing ``c`` through an NHWC ``linalg.generic``. Its body is cloned into the
     region, so no nested region may read a value of the body (it would dangle there)."""
@@ -182,14 +205,7 @@ def body_mlir(c: DepthwiseConv) -> str:
     kernel, filt = f"{ch}x1x{kh}x{kw}x{t}", f"{kh}x{kw}x{ch}x{t}"
     vt = lambda dims: f"!torch.vtensor<[{','.join(map(str, dims))}],{t}>"   # noqa: E731
     bias_arg = f", %bt: {vt((ch,))}" if c.bias else ""
-    if c.bias:
-        init = f"""%b = torch_c.to_builtin_tensor %bt : {vt((ch,))} -> tensor<{ch}x{t}>
-    %init = linalg.generic {{indexing_maps = [affine_map<(n, h, w, c) -> (c)>, affine_map<(n, h, w, c) -> (n, h, w, c)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%b : tensor<{ch}x{t}>) outs(%e : tensor<{out_nhwc}>) {{
-    ^bb0(%v: {t}, %o: {t}):
-      linalg.yield %v : {t}
-    }} -> tensor<{out_nhwc}>"""
-    else:
-        init = f"%init = linalg.fill ins(%zero : {t}) outs(%e : tensor<{out_nhwc}>) -> tensor<{out_nhwc}>"
+    init = accumulator_init(c.bias, ch, t, out_nhwc, "(n, h, w, c) -> (c)")
     return f"""func.func @depthwise(%xt: {vt(c.x)}, %wt: {vt((ch, 1, kh, kw))}{bias_arg}) -> {vt(c.y)} {{
     %zero = arith.constant 0.0 : {t}
     %x = torch_c.to_builtin_tensor %xt : {vt(c.x)} -> tensor<{nchw}>
@@ -199,11 +215,7 @@ def body_mlir(c: DepthwiseConv) -> str:
     %wl = linalg.transpose ins(%w3 : tensor<{ch}x{kh}x{kw}x{t}>) outs(%we : tensor<{filt}>) permutation = [1, 2, 0]
     %xe = tensor.empty() : tensor<{nhwc}>
     %xl = linalg.transpose ins(%x : tensor<{nchw}>) outs(%xe : tensor<{nhwc}>) permutation = [0, 2, 3, 1]
-    %xp = tensor.pad %xl low[0, {top}, {left}, 0] high[0, {bottom}, {right}, 0] {{
-    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
-      %pad = arith.constant 0.0 : {t}
-      tensor.yield %pad : {t}
-    }} : tensor<{nhwc}> to tensor<{padded}>
+    {zero_pad('xp', 'xl', (0, top, left, 0), (0, bottom, right, 0), nhwc, padded, t)}
     %e = tensor.empty() : tensor<{out_nhwc}>
     {init}
     %yl = linalg.generic {{indexing_maps = [affine_map<(n, h, w, c, i, j) -> (n, h * {sh} + i * {dh}, w * {sw} + j * {dw}, c)>, affine_map<(n, h, w, c, i, j) -> (i, j, c)>, affine_map<(n, h, w, c, i, j) -> (n, h, w, c)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]}} ins(%xp, %wl : tensor<{padded}>, tensor<{filt}>) outs(%init : tensor<{out_nhwc}>) {{

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aot.lower.depthwise import ConvOperands, conv_operands, expected_output
+from aot.lower.depthwise import ConvOperands, accumulator_init, conv_operands, expected_output, zero_pad
 
 DIRECT_REASON = "few output channels over a wide kernel: a direct convolution instead of im2col for llvm-cpu"
 # K = Cin*kh*kw against Cout: at or above this, im2col copies at least this many values per output value.
@@ -54,23 +54,12 @@ def body_mlir(c: ConvOperands) -> str:
     padded = f"{n}x{cin}x{h + top + bottom}x{w + left + right}x{t}"
     vt = lambda dims: f"!torch.vtensor<[{','.join(map(str, dims))}],{t}>"   # noqa: E731
     bias_arg = f", %bt: {vt((cout,))}" if c.bias else ""
-    if c.bias:
-        init = f"""%b = torch_c.to_builtin_tensor %bt : {vt((cout,))} -> tensor<{cout}x{t}>
-    %init = linalg.generic {{indexing_maps = [affine_map<(n, c, h, w) -> (c)>, affine_map<(n, c, h, w) -> (n, c, h, w)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins(%b : tensor<{cout}x{t}>) outs(%e : tensor<{y_t}>) {{
-    ^bb0(%v: {t}, %o: {t}):
-      linalg.yield %v : {t}
-    }} -> tensor<{y_t}>"""
-    else:
-        init = f"%init = linalg.fill ins(%zero : {t}) outs(%e : tensor<{y_t}>) -> tensor<{y_t}>"
+    init = accumulator_init(c.bias, cout, t, y_t, "(n, c, h, w) -> (c)")
     return f"""func.func @direct(%xt: {vt(c.x)}, %wt: {vt(c.w)}{bias_arg}) -> {vt(c.y)} {{
     %zero = arith.constant 0.0 : {t}
     %x = torch_c.to_builtin_tensor %xt : {vt(c.x)} -> tensor<{x_t}>
     %w = torch_c.to_builtin_tensor %wt : {vt(c.w)} -> tensor<{w_t}>
-    %xp = tensor.pad %x low[0, 0, {top}, {left}] high[0, 0, {bottom}, {right}] {{
-    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
-      %pad = arith.constant 0.0 : {t}
-      tensor.yield %pad : {t}
-    }} : tensor<{x_t}> to tensor<{padded}>
+    {zero_pad('xp', 'x', (0, 0, top, left), (0, 0, bottom, right), x_t, padded, t)}
     %e = tensor.empty() : tensor<{y_t}>
     {init}
     %y = linalg.generic {{indexing_maps = [affine_map<(n, f, h, w, c, i, j) -> (n, c, h * {sh} + i * {dh}, w * {sw} + j * {dw})>, affine_map<(n, f, h, w, c, i, j) -> (f, c, i, j)>, affine_map<(n, f, h, w, c, i, j) -> (n, f, h, w)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}} ins(%xp, %w : tensor<{padded}>, tensor<{w_t}>) outs(%init : tensor<{y_t}>) {{
