@@ -196,6 +196,27 @@ def test_an_axis_where_padding_changes_results_is_refused_with_the_difference(tm
     assert checks and all(c.accepted_tolerance == 1.0 and c.max_abs_diff > 0.01 for c in checks)
 
 
+@pytest.mark.parametrize("ladder, note", [("1", None), ("8,16", "padding  not checked (S): no cuda device")])
+def test_a_cross_build_for_a_gpu_not_here_runs_nothing_and_says_which_padding_went_unchecked(
+        tmp_path, monkeypatch, ladder, note):
+    """Built on a machine without the target GPU, a bucket cannot run: a rung that serves its own
+    size only needs no run at all, and a padded rung's check is reported as not done (as
+    verification is), instead of failing the build on opening the device."""
+    from aot.checks import verify
+    from aot.runtime.target import Target
+
+    monkeypatch.setattr(verify, "device_present", lambda driver: driver == "local-task")
+    lines: list[str] = []
+    result = api.build(models.per_token(tmp_path / "tokens.onnx"), tmp_path / "out",
+                       BuildOptions(accel=Target.accelerator("cuda"), gate=GateMode.OFF, dim_ladders=(("S", ladder),)),
+                       progress=lines.append)
+    manifest = result.bundle.manifest
+    assert {r.target.backend for r in manifest.regions} == {"cuda"}
+    assert [b.checks for b in manifest.shapes.buckets] == [()] * len(ladder.split(","))
+    said = [s for s in lines if "padding" in s]
+    assert len(said) == (0 if note is None else 2) and all(note in s for s in said)   # once per padded rung
+
+
 def test_symbolic_dimensions_without_a_size_are_listed(tmp_path):
     model = models.per_token(tmp_path / "tokens.onnx")
     with pytest.raises(ModelError, match=r"without a size: 'S' \('x' axis 1\)") as e:
