@@ -149,3 +149,27 @@ def test_literals_are_copied_into_every_region_that_reads_them(tmp_path):
     with torch.no_grad():
         want = tm.literals()(*x.values()).numpy()
     assert _max_abs(_run(result.bundle.path, x), [want]) <= ATOL
+
+
+def test_the_parts_of_a_chunked_tensor_cross_regions_as_tensors(tmp_path):
+    """aten.split (``chunk``) returns a tensor list: the view gives the op one output per part, the
+    outliner passes each part across a region boundary. Before, any chunk failed to build ('prim.
+    ListUnpack ... is no ATen op'), so did a Llama-style layer (its rotary halves, its gated MLP)."""
+    x = {"x": torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0))}
+    result = aot.build_torch(tm.chunked(), x, tmp_path, accel="vulkan", gate=GateMode.OFF, min_compute=1)
+    regions = result.bundle.manifest.regions
+    assert [r.target.backend for r in regions] == ["vulkan-spirv", "llvm-cpu", "vulkan-spirv"]
+    assert len(regions[0].outputs) == 3   # a, for the host's topk, and b and c, for the last region
+    with torch.no_grad():
+        want = tm.chunked()(*x.values()).numpy()
+    assert _max_abs(_run(result.bundle.path, x), [want]) <= ATOL
+
+
+def test_a_llama_style_decoder_builds_for_the_host_and_matches_eager_pytorch(tmp_path):
+    """RMSNorm, rotary halves (chunk), fused causal attention, a SiLU-gated MLP (chunk): the layer
+    of current decoder models, which did not build through the torch path before chunks did."""
+    x = {"x": torch.randn(1, 32, 384, generator=torch.Generator().manual_seed(0))}
+    result = aot.build_torch(tm.decoder(), x, tmp_path, accel="none")
+    with torch.no_grad():
+        want = tm.decoder()(*x.values()).numpy()
+    assert _max_abs(_run(result.bundle.path, x), [want]) <= ATOL

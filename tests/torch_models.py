@@ -22,6 +22,7 @@ EXAMPLES = {
 GPU_EXAMPLES = {
     "resnet18_half": (("x", (8, 3, 224, 224), "float32"),),
     "encoder_base": (("tokens", (8, 128), "int64"),),
+    "decoder": (("x", (4, 256, 384), "float32"),),
 }
 
 
@@ -70,6 +71,45 @@ class Encoder(nn.Module):
 
     def forward(self, tokens):
         return self.norm(self.encoder(self.embed(tokens) + self.pos))
+
+
+class DecoderLayer(nn.Module):
+    """A current decoder layer (Llama's shape): RMSNorm, rotary positions, causal attention, a
+    SiLU-gated MLP; the ops the ONNX exporter writes at opset 23 as RMSNormalization and Attention."""
+
+    def __init__(self, d: int, heads: int, hidden: int, seq: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
+        self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.gate_up, self.down = nn.Linear(d, 2 * hidden, bias=False), nn.Linear(hidden, d, bias=False)
+        half = d // heads // 2
+        angles = torch.arange(seq)[:, None] / 10000 ** (torch.arange(half)[None, :] / half)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rotate(self, t):   # [batch, heads, seq, head_dim], the halves rotated (RotaryEmbedding, not interleaved)
+        a, b = t.chunk(2, dim=-1)
+        cos, sin = self.cos[: t.shape[-2]], self.sin[: t.shape[-2]]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+    def forward(self, x):
+        n, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(n, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(self.rotate(q), self.rotate(k), v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(n, s, d))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(nn.functional.silu(gate) * up)
+
+
+class Decoder(nn.Module):
+    def __init__(self, d: int = 384, heads: int = 6, hidden: int = 1024, layers: int = 2, seq: int = 256) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(*[DecoderLayer(d, heads, hidden, seq) for _ in range(layers)])
+        self.norm = nn.RMSNorm(d, eps=1e-5)
+
+    def forward(self, x):
+        return self.norm(self.layers(x))
 
 
 class ResNet18Half(nn.Module):
@@ -127,6 +167,20 @@ class Literals(nn.Module):
         return self.fc2(torch.relu(self.fc1(top.flatten(1)))) + self.ramp[:32] * torch.tensor(0.5)
 
 
+class Chunked(nn.Module):
+    """A tensor chunked into three (as attention splits its fused q, k, v projection), the parts
+    read on both sides of a host op: ``aten.split`` returns a list that ``prim.ListUnpack`` splits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 3 * 16)
+
+    def forward(self, x):
+        a, b, c = self.proj(x).chunk(3, dim=-1)
+        top = torch.topk(torch.relu(a), 4, dim=-1).values
+        return top.sum(-1, keepdim=True) * b + c
+
+
 def _seeded(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     model = cls().eval()
@@ -155,12 +209,22 @@ def encoder_base() -> nn.Module:
     return Encoder(d=256, heads=4, layers=4, vocab=1000, seq=128).eval()
 
 
+def decoder() -> nn.Module:
+    """Two decoder layers at width 384 (6 heads, gated MLP 1024) over 256 positions: 3.5 M parameters."""
+    torch.manual_seed(0)
+    return Decoder().eval()
+
+
 def topk_pool() -> nn.Module:
     return _seeded(TopKPool)
 
 
 def literals() -> nn.Module:
     return _seeded(Literals)
+
+
+def chunked() -> nn.Module:
+    return _seeded(Chunked)
 
 
 def example_inputs(name: str, seed: int = 0) -> dict[str, torch.Tensor]:

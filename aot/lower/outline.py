@@ -13,6 +13,7 @@ from typing import Any
 
 from aot.errors import OutlineError
 from aot.frontend.graph import GraphView
+from aot.frontend.torch.export import UNPACK
 from aot.lower.importer import ImportedModule
 from aot.partition.plan import Plan, boundaries
 
@@ -89,7 +90,9 @@ class _FuncIndex:
             if primary and any(o.operation.name.startswith(_NODE_OPS) for o in ops):
                 raise OutlineError(f"node {name!r} imported as more than one op; cannot outline it")
             ops.append(op)
-            if primary:
+            if op.operation.name == UNPACK:   # the elements of the tensor list the node returned
+                self.value.update(zip(view.node(name).outputs, op.results))
+            elif primary and not _returns_list(op):
                 outs = view.node(name).outputs
                 if len(outs) > len(op.results):
                     raise OutlineError(f"node {name!r} has {len(outs)} outputs but its op has {len(op.results)}")
@@ -107,6 +110,10 @@ def _whole(module: Any, func: Any, name: str, view: GraphView) -> OutlinedRegion
 
     func.operation.attributes["sym_name"] = ir.StringAttr.get(name)
     return OutlinedRegion(name, name, str(module), view.inputs, view.outputs)
+
+
+def _returns_list(op: Any) -> bool:
+    return len(op.results) == 1 and str(op.results[0].type).startswith("!torch.list")
 
 
 def _loc_name(op: Any) -> str | None:

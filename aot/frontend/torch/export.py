@@ -26,6 +26,7 @@ from aot.frontend.torch.attention import sdpa_as_matmuls
 from aot.frontend.torch.ops import op_type
 
 PARAMS_SCOPE = "model"   # the same scope as the ONNX importer's archive: one runtime provider
+UNPACK = "torch.prim.ListUnpack"
 FUNC_NAME = "main"
 _NUMPY_DTYPE = {"float32": "float32", "float16": "float16", "float64": "float64", "bfloat16": "bfloat16",
                 "int64": "int64", "int32": "int32", "int16": "int16", "int8": "int8", "uint8": "uint8",
@@ -158,6 +159,9 @@ def _located(module_op: Any, program: Any, public: Mapping[str, str]) -> tuple[s
                                  "use the pinned versions (pip install .[torch])")
     nodes = []
     consumer: dict[Any, str] = {}
+    # An op that returns a tensor list (aten.unbind, aten.split) is followed by the ListUnpack of
+    # its elements: the unpack belongs to the op, and the elements are the op's outputs.
+    unpacks = {op.operands[0]: op for op in block.operations if op.operation.name == UNPACK}
     for node, op in zip(fx, ops):
         packet = str(getattr(node.target, "overloadpacket", node.target))
         mlir_name = op.operation.name
@@ -167,7 +171,11 @@ def _located(module_op: Any, program: Any, public: Mapping[str, str]) -> tuple[s
         op.location = ir.Location.name(node.name, childLoc=op.location, context=module_op.context)
         for operand in op.operands:
             consumer.setdefault(operand, node.name)
-        results = tuple(public.get(r, r) for r in _result_names(node, len(op.results)))
+        unpack = unpacks.get(op.results[0]) if len(op.results) == 1 else None
+        if unpack is not None:
+            unpack.location = ir.Location.name(node.name, childLoc=unpack.location, context=module_op.context)
+        count = len(unpack.results) if unpack is not None else len(op.results)
+        results = tuple(public.get(r, r) for r in _result_names(node, count))
         nodes.append(TorchNode(node.name, op_type(mlir_name, packet), results,
                                _module_path(node), _source(str(op.location))))
     for op in block.operations:
@@ -179,9 +187,9 @@ def _located(module_op: Any, program: Any, public: Mapping[str, str]) -> tuple[s
 
 
 def _result_names(node: Any, count: int) -> tuple[str, ...]:
-    if count == 1:
-        return (node.name,)
     picked = {u.args[1]: u.name for u in node.users if u.target is operator.getitem}
+    if count == 1 and not picked:
+        return (node.name,)
     return tuple(picked.get(i, f"{node.name}:{i}") for i in range(count))
 
 

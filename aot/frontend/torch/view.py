@@ -14,7 +14,7 @@ from typing import Any
 
 from aot.errors import ModelError
 from aot.frontend.graph import GraphView, Node, Value
-from aot.frontend.torch.export import FUNC_NAME, TorchSource
+from aot.frontend.torch.export import FUNC_NAME, UNPACK, TorchSource
 
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>")
 _ELEMENT = {"f32": "float32", "f16": "float16", "f64": "float64", "bf16": "bfloat16", "si64": "int64",
@@ -59,6 +59,13 @@ def view_of(source: TorchSource) -> GraphView:
                 continue
             location = _location_name(op)
             node = meta.get(location) if location is not None else None
+            if kind == UNPACK and node is not None:   # the elements of the list `node` returned: its outputs
+                for value, rname in zip(op.results, node.results):
+                    name_of[value] = rname
+                    values[rname] = _value(rname, value.type) or Value(rname)
+                if name_of[op.operands[0]] in constant:
+                    constant.update(node.results)
+                continue
             results = node.results if node else tuple(f"%{i}:{j}" for j in range(len(op.results)))
             for value, rname in zip(op.results, results):
                 name_of[value] = rname
