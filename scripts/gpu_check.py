@@ -2,7 +2,10 @@
 onnxruntime, then interleaved timing (aot.checks.timing's FAIR schedule, medians) of the bundle
 vs onnxruntime on the CPU.
 
-    python scripts/gpu_check.py BUNDLE=MODEL.onnx [BUNDLE=MODEL.onnx ...]
+    python scripts/gpu_check.py BUNDLE[,BUNDLE...]=MODEL.onnx [...]
+
+Several bundles of one model (a CUDA build and the host build the gate chose, say) are each
+checked, then timed side by side with onnxruntime in one process.
 
 Needs only numpy, iree-base-runtime and onnxruntime (bundles are built elsewhere with
 `aot build --accel cuda --host-cpu x86-64-v3`, since iree-compile needs no GPU).
@@ -54,24 +57,30 @@ def semantics(data: mf.Manifest, model: Path, bundle: Path) -> str:
 
 def main(pairs: list[str]) -> None:
     for pair in pairs:
-        bundle, model = (Path(p) for p in pair.split("="))
-        bundle = mf.bundle_dir(bundle)   # the bundle, or the directory given to `aot build -o`
-        data = mf.read(bundle)
+        given, _, model_text = pair.partition("=")
+        model = Path(model_text)
+        bundles = [mf.bundle_dir(Path(b)) for b in given.split(",")]   # a bundle, or the `aot build -o` directory
+        data = mf.read(bundles[0])
         inputs = inputs_for(data, model)
-        result = check.check_bundle(bundle, model, inputs=inputs)
-        print(result.summary())
-        print(semantics(data, model, bundle))
+        labels = [f"{b.parent.parent.name}/{b.parent.name}" for b in bundles]
+        for label, bundle in zip(labels, bundles):
+            print(label, check.check_bundle(bundle, model, inputs=inputs).summary())
+            print(semantics(data, model, bundle))
         names = [o.name for o in data.outputs]
         sess = reference.session(model)
         ort_inputs = {**inputs, **reference.constant_inputs(data)}  # the original model takes baked inputs
-        with runtime.load(bundle) as s:
+        sessions = [runtime.load(b) for b in bundles]
+        try:
             # FAIR: onnxruntime's workers spin after each run; idle and settle before each turn.
-            times = timing.interleaved({"bundle": lambda: s.run(inputs),
-                                        "onnxruntime-cpu": lambda: sess.run(names, ort_inputs)},
-                                       timing.FAIR.with_counts(3, 50))
-        med = timing.medians_ms(times)
-        print(f"  median bundle {med['bundle']:.3f} ms, onnxruntime-cpu {med['onnxruntime-cpu']:.3f} ms, "
-              f"ratio bundle/onnxruntime {med['bundle'] / med['onnxruntime-cpu']:.3f}")
+            contenders = {**{label: (lambda s=s: s.run(inputs)) for label, s in zip(labels, sessions)},
+                          "onnxruntime-cpu": lambda: sess.run(names, ort_inputs)}
+            med = timing.medians_ms(timing.interleaved(contenders, timing.FAIR.with_counts(3, 50)))
+        finally:
+            for s in sessions:
+                s.close()
+        ort = med["onnxruntime-cpu"]
+        print("  median " + ", ".join(f"{k} {v:.3f} ms" for k, v in med.items()) + "; over onnxruntime: "
+              + ", ".join(f"{k} {v / ort:.3f}" for k, v in med.items() if k != "onnxruntime-cpu"))
 
 
 if __name__ == "__main__":
