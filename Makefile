@@ -115,7 +115,7 @@ learn-vulkan: setup $(EXAMPLE)
 # outputs, in artifacts/gpu; carry it there with iree-base-runtime and run
 # `python scripts/gpu_torch_bench.py run artifacts/gpu resnet18_half resnet18_half@vulkan ...`.
 gpu-bundles: setup
-	$(PY) scripts/gpu_torch_bench.py bundles artifacts/gpu resnet18_half encoder_base resnet_like encoder
+	$(PY) scripts/gpu_torch_bench.py bundles artifacts/gpu resnet18_half encoder_base resnet_like encoder decoder
 
 clean:
 	rm -rf artifacts/*/ .pytest_cache
