@@ -22,6 +22,7 @@ import random
 from typing import TYPE_CHECKING, Iterator
 
 from aot.frontend.source import region_families
+from aot.lower.flags import UNLEARNED_DECISIONS
 from aot.partition.partitioner import single_region_plan
 from aot.partition.plan import Plan
 from aot.partition.segments import segments
@@ -92,7 +93,8 @@ def _driver(runtime: HostRuntime | None) -> str:
 
 
 def _by_name(sets: tuple[FlagSet, ...]) -> dict[str, FlagSet]:
-    return {s.name: s for s in sets}
+    """The sets the features can describe, by name (lower/flags.py: UNLEARNED_DECISIONS)."""
+    return {s.name: s for s in sets if not any(f.startswith(p) for f in s.flags for _, p in UNLEARNED_DECISIONS)}
 
 
 def _pinned(plan: Plan, sets: dict[str, FlagSet], runtime: HostRuntime | None) -> Plan:

@@ -43,6 +43,12 @@ IGEMM = "--iree-codegen-llvmgpu-use-igemm=true"
 TILE_AND_FUSE = "--iree-codegen-llvmgpu-test-tile-and-fuse-vectorize=true"
 # O2 on MiniLM's attention needs 37 KiB of stack per dispatch, over IREE's 32 KiB limit.
 STACK_128K = "--iree-llvmcpu-stack-allocation-limit=131072"
+# Code for 256-bit vectors on an AVX-512 host. IREE 3.13 tiles a direct NCHW convolution (the
+# generics of lower/direct_conv.py, a convolution left out of im2col) 4 output pixels wide for
+# 512-bit vectors and 8 wide for 256-bit ones: Basic Pitch's 8 -> 8 convolution over 3x39 runs
+# 2x faster with this flag, a 64 -> 4 one over 3x3 2.9x slower (docs/performance.md), so it is a
+# tuning candidate, never a default.
+VECTOR_256 = "--iree-llvmcpu-target-vector-width-in-bytes=32"
 
 
 # Each optimisation decision, by the prefix its spellings share (the ukernel, thread and stack
@@ -50,6 +56,12 @@ STACK_128K = "--iree-llvmcpu-stack-allocation-limit=131072"
 DECISIONS = (("O2", O2), ("O3", O3), ("data_tiling", DATA_TILING), ("ukernels", UKERNELS.split("=")[0]),
              ("im2col", IM2COL), ("channels_last", CHANNELS_LAST[0]), ("conv_data_tiling", CONV_DATA_TILING[0]),
              ("threads", "--iree-llvmcpu-number-of-threads"), ("stack", STACK_128K.split("=")[0]))
+
+
+# Decisions the tuner offers that the learned model's features (FEATURE_VERSION 3) do not name
+# yet: a plan compiled with one would look to it like its base set, so its collection leaves
+# them out until the features (and every shipped model) are rebuilt with them in DECISIONS.
+UNLEARNED_DECISIONS = (("vector_256", VECTOR_256),)
 
 
 def threads(cores: int) -> str:

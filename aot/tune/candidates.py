@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from aot.frontend.source import OpFamily
 from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IGEMM, IM2COL, O2, O3,
-                             QDQ_INTEGER, QUANT_REASSOC, STACK_128K, TILE_AND_FUSE, UKERNELS, VECTOR_DISTRIBUTION,
-                             default_opt_flags, threads)
+                             QDQ_INTEGER, QUANT_REASSOC, STACK_128K, TILE_AND_FUSE, UKERNELS, VECTOR_256,
+                             VECTOR_DISTRIBUTION, default_opt_flags, threads)
+from aot.runtime.manifest import cpu_flags
 from aot.runtime.target import Target
 
 
@@ -32,7 +33,7 @@ def candidates(target: Target, families: frozenset[OpFamily], cores: int | None 
     first = FlagSet("default", default_opt_flags(target) if default is None else default)
     conv, quant = OpFamily.CONVOLUTION in families, OpFamily.QUANTIZED in families
     if target.backend == "llvm-cpu":
-        found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1)
+        found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1, wide=_has_512_bit_vectors(target))
     elif target.backend == "cuda":
         found = [FlagSet("O2", (O2,)), FlagSet("O3", (O3,)),
                  FlagSet("vector-distribution", (O2, VECTOR_DISTRIBUTION)),
@@ -44,7 +45,13 @@ def candidates(target: Target, families: frozenset[OpFamily], cores: int | None 
     return (first, *(f for f in found if f.flags != first.flags))
 
 
-def _llvm_cpu(conv: bool, quant: bool, cores: int) -> list[FlagSet]:
+def _has_512_bit_vectors(target: Target) -> bool:
+    """The llvm-cpu target has AVX-512: this machine when it builds for its own CPU, or the named
+    ISA level. Elsewhere 256-bit code is what the target gets anyway."""
+    return target.arch == "x86-64-v4" or (target.arch == "host" and "avx512f" in cpu_flags())
+
+
+def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[FlagSet]:
     base = (IM2COL,) if conv else ()
     found = [
         FlagSet("O2", (O2, *base)),
@@ -67,6 +74,8 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int) -> list[FlagSet]:
             FlagSet("channels-last+data-tiling", (O2, *CHANNELS_LAST, DATA_TILING)),
             FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)),
         ]
+    if conv and wide:
+        found.append(FlagSet("data-tiling+ukernels+256-bit", (DATA_TILING, UKERNELS, IM2COL, VECTOR_256)))
     if quant:
         found += [
             FlagSet("quantized-reassoc", (O2, DATA_TILING, QUANT_REASSOC, *base)),

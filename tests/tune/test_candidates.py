@@ -37,6 +37,20 @@ def test_convolution_sets_only_for_regions_with_convolutions():
     assert all(IM2COL not in s.flags for s in candidates(host, MATMUL)[1:])
 
 
+def test_256_bit_code_is_a_convolution_candidate_only_for_an_avx512_target(monkeypatch):
+    """IREE tiles a direct convolution for the vector width: on AVX-512, 256-bit code is a
+    candidate worth timing; on a target without it, it would be the same code again."""
+    from aot.tune import candidates as module
+
+    names = lambda target, families: {s.name for s in candidates(target, families)}   # noqa: E731
+    assert "data-tiling+ukernels+256-bit" in names(Target.host("x86-64-v4"), CONV)
+    assert "data-tiling+ukernels+256-bit" not in names(Target.host("x86-64-v4"), MATMUL)
+    assert "data-tiling+ukernels+256-bit" not in names(Target.host("x86-64-v3"), CONV)
+    for flags, offered in ((("avx2", "avx512f"), True), (("avx2",), False)):
+        monkeypatch.setattr(module, "cpu_flags", lambda flags=flags: flags)
+        assert ("data-tiling+ukernels+256-bit" in names(Target.host(), CONV)) is offered
+
+
 def test_quantised_sets_only_for_int8_regions():
     assert {"quantized-reassoc", "qdq-integer"} <= {s.name for s in candidates(Target.host(), INT8)}
     assert "quantized-reassoc" not in {s.name for s in candidates(Target.host(), MATMUL)}
