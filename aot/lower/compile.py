@@ -41,7 +41,9 @@ class CompileJob:
 
     @property
     def opt_flags(self) -> tuple[str, ...]:
-        return flags.default_opt_flags(self.target) if self.opt is None else self.opt
+        if self.opt is not None:
+            return self.opt
+        return flags.default_opt_flags(self.target, flags.holds_convolution(self.mlir.read_bytes()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
     results = compile_many(jobs, cache, accel_timeout=accel_timeout, executor=executor)
     _refuse_unknown_target(jobs, results)
     plain = {i: replace(j, opt=()) for i, (j, r) in enumerate(zip(jobs, results))
-             if isinstance(r, CompileError) and j.opt is None and flags.default_opt_flags(j.target)}
+             if isinstance(r, CompileError) and j.opt is None and j.opt_flags}
     if plain:
         for i, r in zip(plain, compile_many(list(plain.values()), cache, accel_timeout=accel_timeout,
                                             executor=executor)):
