@@ -65,7 +65,6 @@ def check(model: Path, bundle: Staged, dims: tuple[Dim, ...], sizes: dict[str, i
     return tuple(checks)
 
 
-
 def _most_padded(d: Dim, size: int) -> int:
     """The smallest size the rung ``size`` serves along ``d``: one more than the next smaller rung."""
     lower = [n for n in d.sizes if n < size]

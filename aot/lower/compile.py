@@ -153,7 +153,7 @@ def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Pat
                        hint=f"install iree-base-compiler=={version} on every cluster worker")
     if outcome.vmfb is None:
         # The repro names this machine's files, not the worker's temporary ones.
-        argv = compile_argv(iree_compile_path(), job.mlir, out, job.target, flags.keeps_f64(task.mlir), job.opt)
+        argv = compile_argv(iree_compile_path(), job.mlir, out, job.target, flags.keeps_f64(task.mlir), job.opt_flags)
         return CompileError(task.label, argv, outcome.returncode, outcome.log)
     # Write to a private name and rename: a reader never sees half a module, and concurrent
     # builds sharing the cache write identical bytes.

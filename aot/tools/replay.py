@@ -181,7 +181,6 @@ def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -
     return Counter(re.findall(r"@hal\.([a-z_.]+)", body.group(0)))
 
 
-
 def _defaults(region: RegionEntry, mlir: Path) -> tuple[str, ...]:
     """The default optimisation flags of a region that recorded none (lower/flags.py)."""
     return flags.default_opt_flags(region.target, flags.holds_convolution(mlir.read_bytes()))
