@@ -24,8 +24,7 @@ from aot.frontend.load import ModelSource, load
 from aot.frontend.source import region_families
 from aot.learn.narrow import learned_chooser
 from aot.lower.compile import CompileJob, compile_all
-from aot.lower.depthwise import CHANNELS_LAST_REASON, depthwise_body, lower_host_regions
-from aot.lower.direct_conv import DIRECT_REASON, direct_body
+from aot.lower import host_lowering
 from aot.lower.executor import Executor, executor_for
 from aot.lower.footprint import device_memory
 from aot.lower.importer import ImportedModule, import_source
@@ -281,9 +280,7 @@ class _Compiler:
         host, accel = self.options.host, self.options.accel
         target = {r.name: accel if r.device == ACCEL and accel else host for r in plan.regions}
         on_host = frozenset(r for r, t in target.items() if t is host)
-        # Depthwise first: a one-channel convolution is depthwise, and lowered channels-last.
-        outlined, (depthwise, direct) = lower_host_regions(outline(self.imported, plan, self.planned.view),
-                                                           on_host, depthwise_body, direct_body)
+        outlined, rewrites = host_lowering.lower(outline(self.imported, plan, self.planned.view), on_host)
         for o in outlined:
             path = self.ws.region_mlir(candidate, o.name)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -302,8 +299,7 @@ class _Compiler:
         record = dataclasses.replace(self.planned.record, gate=plan.gate)
         described = describe(self.planned.source, self.planned.view, plan, record, outlined, compiled,
                              estimates, self.weights, codec.encode(self.options),
-                             tuple(Rewrite("Conv", count, why) for count, why in
-                                   ((depthwise, CHANNELS_LAST_REASON), (direct, DIRECT_REASON)) if count))
+                             tuple(Rewrite("Conv", count, why) for why, count in rewrites if count))
         path = self.ws.staging(candidate)
         stage(path, compiled, self.imported.params_path, link_modules=self.ws.shared_cache is None)
         return Staged(path, described.manifest, described.record, plan,
