@@ -181,6 +181,24 @@ class Chunked(nn.Module):
         return top.sum(-1, keepdim=True) * b + c
 
 
+class Recurrent(nn.Module):
+    """An LSTM, then a bidirectional GRU and a tanh RNN over its sequence, and a head on the last
+    step: the layers torch.export writes as single ``aten.lstm``/``aten.gru``/``aten.rnn_tanh`` ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(16, 32, batch_first=True)
+        self.gru = nn.GRU(32, 16, batch_first=True, bidirectional=True)
+        self.rnn = nn.RNN(32, 8, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        y, _ = self.rnn(y)
+        return self.head(y[:, -1])
+
+
 def _seeded(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     model = cls().eval()
@@ -225,6 +243,10 @@ def literals() -> nn.Module:
 
 def chunked() -> nn.Module:
     return _seeded(Chunked)
+
+
+def recurrent() -> nn.Module:
+    return _seeded(Recurrent)
 
 
 def example_inputs(name: str, seed: int = 0) -> dict[str, torch.Tensor]:
