@@ -186,3 +186,14 @@ def test_recurrent_layers_build_and_match_eager_pytorch(accel, tmp_path):
     with torch.no_grad():
         want = tm.recurrent()(*x.values()).numpy()
     assert _max_abs(_run(result.bundle.path, x), [want]) <= ATOL
+
+
+@pytest.mark.parametrize("accel", ["none", "vulkan"])
+def test_instance_norm_with_and_without_affine_parameters_matches_eager_pytorch(accel, tmp_path):
+    """InstanceNorm2d's default (no weight, no bias) failed to compile: torch-mlir's lowering
+    unsqueezes the absent weight. It is written out before import (frontend/torch/decompose.py)."""
+    x = {"x": torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(0))}
+    result = aot.build_torch(tm.instance_normed(), x, tmp_path, accel=accel, gate=GateMode.OFF)
+    with torch.no_grad():
+        want = tm.instance_normed()(*x.values()).numpy()
+    assert _max_abs(_run(result.bundle.path, x), [want]) <= ATOL

@@ -199,6 +199,25 @@ class Recurrent(nn.Module):
         return self.head(y[:, -1])
 
 
+class InstanceNormed(nn.Module):
+    """Instance normalisation both ways: without affine parameters (the default) over each image's
+    own statistics, and with them and tracked running statistics, which eval mode uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.plain = nn.InstanceNorm2d(8)
+        self.tracked = nn.InstanceNorm2d(8, affine=True, track_running_stats=True)
+        with torch.no_grad():
+            self.tracked.running_mean.uniform_(-0.5, 0.5)
+            self.tracked.running_var.uniform_(0.5, 1.5)
+            self.tracked.weight.uniform_(0.5, 1.5)
+            self.tracked.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.tracked(torch.relu(self.plain(self.conv(x))))
+
+
 def _seeded(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     model = cls().eval()
@@ -247,6 +266,10 @@ def chunked() -> nn.Module:
 
 def recurrent() -> nn.Module:
     return _seeded(Recurrent)
+
+
+def instance_normed() -> nn.Module:
+    return _seeded(InstanceNormed)
 
 
 def example_inputs(name: str, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from aot.frontend.source import TORCH_FAMILIES, OpFamily
 from aot.errors import ImporterError, ModelError
 from aot.frontend.load import TensorSpec
+from aot.frontend.torch import decompose
 from aot.frontend.torch.attention import sdpa_as_matmuls
 from aot.frontend.torch.ops import op_type
 
@@ -95,7 +96,7 @@ def export(module: Any, example_args: Mapping[str, Any], *, path: str = "",
             # nn.LSTM/GRU/RNN keep their weights as a flattened list torch.export reads as attributes.
             warnings.filterwarnings("ignore", message="The tensor attributes .*_flat_weights", category=UserWarning)
             program = torch.export.export(model, tuple(args.values()))
-            table = {**decompositions.current_aot_decompositions(), **_recurrent_decompositions()}
+            table = {**decompositions.current_aot_decompositions(), **decompose.table()}
             if attention_as_matmuls:
                 table[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_as_matmuls
             program = program.run_decompositions(table)
@@ -122,19 +123,6 @@ def export(module: Any, example_args: Mapping[str, Any], *, path: str = "",
     versions = (("torch", torch.__version__), ("iree-turbine", _version("iree-turbine")))
     return TorchSource(name, path or f"<{name} object>", hashlib.sha256(mlir.encode()).hexdigest(), mlir,
                        nodes, inputs, outputs, model, program, versions, renamed)
-
-
-def _recurrent_decompositions() -> dict[Any, Any]:
-    """torch's own decompositions of the recurrent layers (nn.LSTM, nn.GRU, nn.RNN) into their
-    per-step matmuls and gates: iree-turbine has no import for ``aten.lstm``/``aten.gru`` (it
-    writes them as opaque ``torch.operator`` ops that nothing lowers), and with static example
-    shapes the steps unroll, as an exported ONNX LSTM's loop does in IREE."""
-    import torch
-    from torch._decomp import get_decompositions
-
-    aten = torch.ops.aten
-    return dict(get_decompositions([aten.lstm.input, aten.lstm.data, aten.gru.input, aten.gru.data,
-                                    aten.rnn_tanh.input, aten.rnn_relu.input]))
 
 
 def save_params(source: TorchSource, path: Path) -> None:
