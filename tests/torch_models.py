@@ -201,21 +201,24 @@ class Recurrent(nn.Module):
 
 class InstanceNormed(nn.Module):
     """Instance normalisation both ways: without affine parameters (the default) over each image's
-    own statistics, and with them and tracked running statistics, which eval mode uses."""
+    own statistics, and with them and tracked running statistics, which eval mode uses; between
+    them a PReLU with a slope per channel."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
         self.plain = nn.InstanceNorm2d(8)
         self.tracked = nn.InstanceNorm2d(8, affine=True, track_running_stats=True)
+        self.act = nn.PReLU(8)   # a slope per channel (dimension 1)
         with torch.no_grad():
+            self.act.weight.uniform_(0.05, 0.5)
             self.tracked.running_mean.uniform_(-0.5, 0.5)
             self.tracked.running_var.uniform_(0.5, 1.5)
             self.tracked.weight.uniform_(0.5, 1.5)
             self.tracked.bias.uniform_(-0.5, 0.5)
 
     def forward(self, x):
-        return self.tracked(torch.relu(self.plain(self.conv(x))))
+        return self.tracked(self.act(self.plain(self.conv(x))))
 
 
 def _seeded(cls: type[nn.Module]) -> nn.Module:

@@ -8,6 +8,10 @@
   ``aten.instance_norm`` unsqueezes the absent weight ("'torch.aten.unsqueeze' op operand #0 must
   be Any Torch tensor type, but got '!torch.none'") and the region fails to compile. Written out
   as mean, variance and a scale per instance and channel.
+- ``nn.PReLU`` with one slope per channel: torch-mlir's lowering of ``aten.prelu`` broadcasts the
+  slopes along the last dimension instead of the channel one ("'linalg.generic' op inferred
+  input/output operand #1 has shape's dimension #0 to be 5, but found 16"). Written out as a
+  ``where`` with the slopes shaped for dimension 1.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ def table() -> dict[Any, Any]:
     aten = torch.ops.aten
     return {**get_decompositions([aten.lstm.input, aten.lstm.data, aten.gru.input, aten.gru.data,
                                   aten.rnn_tanh.input, aten.rnn_relu.input]),
-            aten.instance_norm.default: instance_norm}
+            aten.instance_norm.default: instance_norm, aten.prelu.default: prelu}
 
 
 def instance_norm(x: "torch.Tensor", weight: "torch.Tensor | None", bias: "torch.Tensor | None",
@@ -49,3 +53,13 @@ def instance_norm(x: "torch.Tensor", weight: "torch.Tensor | None", bias: "torch
     if bias is not None:
         y = y + bias.reshape(per_channel)
     return y
+
+
+def prelu(x: "torch.Tensor", weight: "torch.Tensor") -> "torch.Tensor":
+    """``aten.prelu``: x where it is positive, else x times its channel's slope (dimension 1; one
+    slope for every channel when there is one)."""
+    import torch
+
+    if weight.numel() > 1 and x.dim() > 1:
+        weight = weight.reshape(1, -1, *([1] * (x.dim() - 2)))
+    return torch.where(x > 0, x, x * weight)
