@@ -251,8 +251,7 @@ def encoder_base() -> nn.Module:
 
 def decoder() -> nn.Module:
     """Two decoder layers at width 384 (6 heads, gated MLP 1024) over 256 positions: 3.5 M parameters."""
-    torch.manual_seed(0)
-    return Decoder().eval()
+    return _seeded(Decoder)
 
 
 def topk_pool() -> nn.Module:
