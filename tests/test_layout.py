@@ -103,7 +103,7 @@ def test_only_the_torch_front_end_and_its_reference_import_torch():
     users = {_module(p) for p in PACKAGE.rglob("*.py")
              if any(_within(m, ("torch", "iree.turbine")) for m in _imports(p))}
     assert users == {"aot.frontend.torch.export", "aot.frontend.torch.factory", "aot.frontend.torch.attention",
-                     "aot.checks.eager"}, users
+                     "aot.frontend.torch.decompose", "aot.checks.eager"}, users
 
 
 def test_the_runtime_imports_only_numpy_iree_runtime_and_itself():
