@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:
-    from aot.lower.outline import OutlinedRegion
+from typing import Any, Callable
 
 CHANNELS_LAST_REASON = "depthwise: lowered channels-last for llvm-cpu"   # the build record's word for it
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([0-9,]+)\],(f32|f16|bf16)>")
@@ -229,18 +226,3 @@ def body_mlir(c: DepthwiseConv) -> str:
     %yt = torch_c.from_builtin_tensor %y : tensor<{out_nchw}> -> {vt(c.y)}
     return %yt : {vt(c.y)}
 }}"""
-
-
-def lower_host_regions(outlined: tuple["OutlinedRegion", ...], host: frozenset[str],
-                       *lowerings: Lowering) -> tuple[tuple["OutlinedRegion", ...], tuple[int, ...]]:
-    """Each region in ``host`` (compiled for llvm-cpu) with the ops ``lowerings`` match (by
-    default its depthwise convolutions) rewritten; and how many each rewrote in all."""
-    import dataclasses
-
-    lowerings = lowerings or (depthwise_body,)
-    out, totals = [], [0] * len(lowerings)
-    for o in outlined:
-        mlir, counts = rewrite_ops(o.mlir, *lowerings) if o.name in host else (o.mlir, (0,) * len(lowerings))
-        out.append(dataclasses.replace(o, mlir=mlir) if any(counts) else o)
-        totals = [t + c for t, c in zip(totals, counts)]
-    return tuple(out), tuple(totals)

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot import api, runtime
 from aot.checks import reference
 from aot.checks.compare import assert_close
-from aot.lower import depthwise
+from aot.lower import depthwise, host_lowering
 from aot.lower.importer import import_onnx
 from aot.lower.outline import OutlinedRegion
 from aot.options import BuildOptions
@@ -86,7 +86,8 @@ def test_only_host_regions_are_rewritten(tmp_path):
     mlir = _imported(_chain(), tmp_path)
     regions = (OutlinedRegion("r0", "r0", mlir, ("x",), ("grouped",)),
                OutlinedRegion("r1", "r1", mlir, ("x",), ("grouped",)))
-    lowered, (count,) = depthwise.lower_host_regions(regions, frozenset({"r1"}))
+    lowered, rewrites = host_lowering.lower(regions, frozenset({"r1"}))
+    count = dict(rewrites)[depthwise.CHANNELS_LAST_REASON]
     assert count == 4 and lowered[0] is regions[0] and _convs(lowered[1].mlir) == 2
 
 
