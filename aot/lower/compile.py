@@ -121,6 +121,8 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
     pending: list[tuple[int, CompileJob, CompileTask, Path]] = []
     for i, job in enumerate(jobs):
         text = job.mlir.read_bytes()
+        if job.opt is None:   # the defaults for what the region holds, from the text read here, once
+            job = replace(job, opt=flags.default_opt_flags(job.target, flags.holds_convolution(text)))
         # Every compile also prints IREE's static scheduling statistics (on stderr): the bundle's
         # memory record reads each module's transient bytes from them (lower/footprint.py).
         job_flags = (*flags.flags_for(job.target, text, job.opt), *flags.STATS_FLAGS)
