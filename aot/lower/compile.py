@@ -43,7 +43,7 @@ class CompileJob:
     def opt_flags(self) -> tuple[str, ...]:
         if self.opt is not None:
             return self.opt
-        return flags.default_opt_flags(self.target, flags.holds_convolution(self.mlir.read_bytes()))
+        return flags.region_defaults(self.target, self.mlir.read_bytes())
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,7 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
     for i, job in enumerate(jobs):
         text = job.mlir.read_bytes()
         if job.opt is None:   # the defaults for what the region holds, from the text read here, once
-            job = replace(job, opt=flags.default_opt_flags(job.target, flags.holds_convolution(text)))
+            job = replace(job, opt=flags.region_defaults(job.target, text))
         # Every compile also prints IREE's static scheduling statistics (on stderr): the bundle's
         # memory record reads each module's transient bytes from them (lower/footprint.py).
         job_flags = (*flags.flags_for(job.target, text, job.opt), *flags.STATS_FLAGS)

@@ -106,6 +106,11 @@ def default_opt_flags(target: Target, convolution: bool = False) -> tuple[str, .
     return _DEFAULT_OPT[target.backend]
 
 
+def region_defaults(target: Target, mlir: bytes) -> tuple[str, ...]:
+    """``default_opt_flags`` for a region, from its MLIR text."""
+    return default_opt_flags(target, holds_convolution(mlir))
+
+
 def holds_convolution(mlir: bytes) -> bool:
     """The region's MLIR text has a convolution (an ONNX Conv family op or an ATen one)."""
     return b'"onnx.Conv' in mlir or b"torch.aten.conv" in mlir
@@ -129,8 +134,7 @@ def compile_flags(target: Target, keep_f64: bool = False, opt: tuple[str, ...] |
 def flags_for(target: Target, mlir: bytes, opt: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """``compile_flags`` for one region's MLIR text: f64 is kept when it has a float64 tensor type,
     and the defaults are those for what it holds."""
-    return compile_flags(target, keeps_f64(mlir), default_opt_flags(target, holds_convolution(mlir)) if opt is None
-                         else opt)
+    return compile_flags(target, keeps_f64(mlir), region_defaults(target, mlir) if opt is None else opt)
 
 
 def target_flags(target: Target, keep_f64: bool = False) -> tuple[str, ...]:

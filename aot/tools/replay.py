@@ -134,9 +134,9 @@ def _variant(out: Path, bundle: Path, built: Path, accel: list[RegionEntry], mod
     variant = out / "build" / f"replay-{mode}"
     shutil.rmtree(variant, ignore_errors=True)
     shutil.copytree(bundle, variant)
-    jobs = [CompileJob(r.name, built / f"{r.name}.mlir", r.target,
-                       opt=(*(r.flags or _defaults(r, built / f"{r.name}.mlir")), *extra), label=mode)
-            for r in accel]
+    jobs = [CompileJob(r.name, mlir, r.target, opt=(*(r.flags or flags.region_defaults(r.target, mlir.read_bytes())),
+                                                     *extra), label=mode)
+            for r in accel for mlir in [built / f"{r.name}.mlir"]]
     cache = out / "build" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     for r, compiled in zip(accel, compile_many(jobs, cache, accel_timeout=COMPILE_TIMEOUT_S)):
@@ -166,7 +166,7 @@ def _time_region(session: CheckSession, region: RegionEntry, args: list[np.ndarr
 def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -> Counter:
     """The HAL calls in the region function's VM code (``FN$async``): what runs on every call.
     Recording shows up as ``command_buffer.dispatch``; replay as one ``device.queue.execute.indirect``."""
-    opt = (*(region.flags or _defaults(region, mlir)), *extra)
+    opt = (*(region.flags or flags.region_defaults(region.target, mlir.read_bytes())), *extra)
     argv = [iree_compile_path(), str(mlir), *flags.flags_for(region.target, mlir.read_bytes(), opt),
             flags.COMPILE_TO_VM, "-o", "-"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
@@ -180,7 +180,3 @@ def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -
                        hint="this IREE version lays out its VM module differently; report it")
     return Counter(re.findall(r"@hal\.([a-z_.]+)", body.group(0)))
 
-
-def _defaults(region: RegionEntry, mlir: Path) -> tuple[str, ...]:
-    """The default optimisation flags of a region that recorded none (lower/flags.py)."""
-    return flags.default_opt_flags(region.target, flags.holds_convolution(mlir.read_bytes()))
