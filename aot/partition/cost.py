@@ -24,11 +24,15 @@ CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 class DeviceModel:
     gflops: float            # sustained GFLOP/s on this kind of model
     gbps: float              # sustained memory bandwidth, GB/s
-    call_overhead_us: float  # fixed cost of one region call (dispatch, sync)
+    call_overhead_us: float  # fixed cost of one region call (its first dispatch, sync)
+    # Each further dispatch's launch (``node_dispatches``): measured by `aot calibrate`; 0 in the
+    # hand-set entries, whose call cost stood for a typical region's launches.
+    dispatch_us: float = 0.0
 
-    def time_us(self, flops: int, nbytes: int) -> float:
+    def time_us(self, flops: int, nbytes: int, dispatches: int = 1) -> float:
         # Roofline: a region is bound by compute or by memory traffic, whichever is slower.
-        return self.call_overhead_us + max(flops / (self.gflops * 1e3), nbytes / (self.gbps * 1e3))
+        return (self.call_overhead_us + self.dispatch_us * max(dispatches - 1, 0)
+                + max(flops / (self.gflops * 1e3), nbytes / (self.gbps * 1e3)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,24 @@ def node_flops(node: Node, view: GraphView) -> int:
     return _numel(out) if node.is_compute else 0
 
 
+# Inference normalisation is a per-channel scale and shift: IREE folds it into its neighbours.
+_FOLDED = frozenset({"BatchNormalization"})
+
+
+def node_dispatches(node: Node, view: GraphView) -> int:
+    """1 for a node that roots a dispatch of its own (a contraction, reduction or normalisation:
+    more than one FLOP per output element), 0 for one that fuses into a neighbour's (elementwise,
+    or no compute). An estimate: IREE's dispatch formation decides the real count."""
+    out = view.values[node.outputs[0]].shape if node.outputs else None
+    if out is None or ONNX_EQUIVALENT.get(node.op_type, node.op_type) in _FOLDED:
+        return 0
+    return int(node_flops(node, view) > _numel(out))
+
+
+def region_dispatches(nodes: Sequence[Node], view: GraphView) -> int:
+    return max(sum(node_dispatches(n, view) for n in nodes), 1)
+
+
 def node_bytes(node: Node, view: GraphView) -> int:
     return sum(view.values[v].nbytes or 0 for v in (*node.inputs, *node.const_inputs, *node.outputs))
 
@@ -103,7 +125,8 @@ def region_estimate(nodes: tuple[str, ...], device: Device, view: GraphView, mod
     ns = [view.node(n) for n in nodes]
     flops = sum(node_flops(n, view) for n in ns)
     return RegionEstimate(sum(n.is_compute for n in ns), flops,
-                          round(model.device(device).time_us(flops, sum(node_bytes(n, view) for n in ns)), 3))
+                          round(model.device(device).time_us(flops, sum(node_bytes(n, view) for n in ns),
+                                                             region_dispatches(ns, view)), 3))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +154,8 @@ def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel,
             continue
         ns = [view.node(n) for n in group.nodes]
         compute.append((name, model.device(group.device).time_us(sum(node_flops(n, view) for n in ns),
-                                                       sum(node_bytes(n, view) for n in ns))))
+                                                                 sum(node_bytes(n, view) for n in ns),
+                                                                 region_dispatches(ns, view))))
     crossings: set[tuple[str, Device]] = set()   # (value, device it must reach)
     waits: dict[str, set[str]] = {name: set() for name in regions}   # region -> regions it reads from
     for node in view.nodes:

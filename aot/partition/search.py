@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 from aot.frontend.graph import GraphView
 from aot.partition import order, regions
-from aot.partition.cost import CostModel, node_bytes, node_flops, plan_cost
+from aot.partition.cost import CostModel, node_bytes, node_dispatches, node_flops, plan_cost
 from aot.partition.order import OrderMode
 from aot.partition.plan import Plan, Region, validate
 from aot.partition.segments import Segment
@@ -141,6 +141,7 @@ class _Scorer:
         self.view, self.cost = view, cost
         self.flops = {n.name: node_flops(n, view) for n in view.nodes}
         self.nbytes = {n.name: node_bytes(n, view) for n in view.nodes}
+        self.dispatches = {n.name: node_dispatches(n, view) for n in view.nodes}
         self.position = {n.name: i for i, n in enumerate(view.nodes)}
         self.measured = {t.key: t.us for t in measured}
         self.one_lane = one_lane and bool(self.measured)
@@ -153,7 +154,8 @@ class _Scorer:
 
     def estimate_us(self, group: Group) -> float:
         return self.cost.device(group.device).time_us(sum(self.flops[n] for n in group.nodes),
-                                                      sum(self.nbytes[n] for n in group.nodes))
+                                                      sum(self.nbytes[n] for n in group.nodes),
+                                                      max(sum(self.dispatches[n] for n in group.nodes), 1))
 
     def region_us(self, group: Group) -> float:
         if not self.measured:

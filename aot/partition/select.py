@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aot.frontend.graph import GraphView
-from aot.partition.cost import CostModel, node_bytes, node_flops
+from aot.partition.cost import CostModel, node_bytes, node_flops, region_dispatches
 from aot.partition.plan import boundary
 from aot.partition.support import ACCEL, Groups
 
@@ -63,7 +63,8 @@ def rejected(groups: Groups, view: GraphView, mode: str, min_compute: int,
 def region_saving(nodes: tuple[str, ...], view: GraphView, cost: CostModel) -> tuple[float, float]:
     """(host time - accelerator time, transfer time of its boundary) in microseconds."""
     a = amount(nodes, view)
-    saving = cost.host.time_us(a.flops, a.nbytes) - cost.accel.time_us(a.flops, a.nbytes)
+    dispatches = region_dispatches([view.node(n) for n in nodes], view)
+    saving = cost.host.time_us(a.flops, a.nbytes, dispatches) - cost.accel.time_us(a.flops, a.nbytes, dispatches)
     b = boundary(nodes, view)
     transfers = sum(cost.transfer_us(view.values[v].nbytes or 0) for v in (*b.inputs, *b.outputs))
     return saving, transfers
