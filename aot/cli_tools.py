@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     """The developer-tool subcommands, added to the `aot` command's subparsers."""
+    from aot import cli_calibrate
+
+    cli_calibrate.add_command(sub)
     bn = sub.add_parser("bench", help="MODEL: bundle (all regions on host) vs whole-model llvm-cpu vs onnxruntime; "
                                       "no MODEL: every zoo model, default vs tuned vs onnxruntime")
     bn.add_argument("model", nargs="?", help="a model, zoo:NAME or corpus:NAME (default: the corpus benchmark)")

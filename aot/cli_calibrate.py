@@ -1,0 +1,58 @@
+"""``aot calibrate``: measure the cost model's device parameters and write a --cost-params file
+(``partition/calibrate.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aot import cli_args as args_
+
+
+def add_command(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
+    c = sub.add_parser("calibrate", help="measure the host's (and with --accel, the accelerator's) GFLOP/s, "
+                                         "bandwidth, call and transfer costs; write a --cost-params file")
+    c.add_argument("-o", "--output", required=True, help="the --cost-params JSON to write")
+    c.add_argument("--work", default=None, help="where the workload bundles go (default: beside --output)")
+    c.add_argument("--suite", default="full", choices=["full", "quick"],
+                   help="workload sizes: full (a model's larger dispatches) or quick (small; a first look)")
+    c.add_argument("--repeats", type=args_.count, default=None, help="timed calls per workload (default 30)")
+    step = c.add_mutually_exclusive_group()
+    step.add_argument("--build-only", dest="step", action="store_const", const="build",
+                      help="only build the workload bundles (a cross build: time them where the device is)")
+    step.add_argument("--no-build", dest="step", action="store_const", const="time",
+                      help="time the bundles already in --work (built elsewhere with --build-only)")
+    args_.add_options(c)   # the build options: --accel, --host-cpu, ... as each workload is built
+    c.set_defaults(func=_cmd_calibrate, step="all")
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from aot.partition import calibrate as cal
+    from aot.runtime.atomic import write_json
+
+    def say(s: str) -> None:
+        print(s, file=sys.stderr)
+
+    options = args_.build_options(args)
+    out = Path(args.output)
+    work = Path(args.work) if args.work else out.with_name(out.stem + ".work")
+    suite, step = cal.Suite(args.suite), cal.Step(args.step)
+    if step is not cal.Step.TIME_ONLY:
+        cal.build(options, work, suite, say)
+    if step is cal.Step.BUILD_ONLY:
+        print(work)
+        return 0
+    result = cal.measure(options, work, suite, args.repeats or cal.REPEATS, say)
+    write_json(out, result.params())
+    for name, m in (("host", result.host), (result.accel_target, result.accel)):
+        if m is not None:
+            say(f"calibrate  {name}: {m.gflops:g} GFLOP/s, {m.gbps:g} GB/s, {m.call_overhead_us:g} us a call, "
+                f"{m.dispatch_us:g} us each further dispatch")
+    if result.accel is not None:
+        link = f"{result.link_gbps:g} GB/s" if result.link_gbps is not None else "not resolved (default kept)"
+        say(f"calibrate  link: {link}, {result.hop_us:g} us a transfer")
+    for kept in result.unresolved:
+        say(f"calibrate  {kept}: below what the timing resolves; the default stays")
+    print(out)
+    return 0

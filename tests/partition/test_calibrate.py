@@ -1,0 +1,99 @@
+"""`aot calibrate`: what it counts, how it fits, and a real run on the host and lavapipe."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from aot.cli import main
+from aot.partition import calibrate as cal
+from aot.partition.cost import CostModel, DeviceModel
+
+TRUE = DeviceModel(gflops=120.0, gbps=15.0, call_overhead_us=20.0, dispatch_us=6.0)
+
+
+def _sample(w: cal.Workload, device: DeviceModel = TRUE, hop_us: float = 50.0, link_gbps: float = 4.0) -> cal.Sample:
+    """What ``device`` would measure: its roofline, and transfers over the link."""
+    work = cal.counted(w)
+    region = device.time_us(work.flops, work.nbytes, work.dispatches)
+    moved = 4 * (sum(math.prod(i) for i in w.inputs) + math.prod(w.output))
+    return cal.Sample(w, work, region, region + hop_us * w.transfers + moved / (link_gbps * 1e3))
+
+
+def test_workloads_are_counted_as_the_cost_model_counts():
+    by_name = {w.name: cal.counted(w) for w in cal.workloads(cal.Suite.FULL)}
+    assert by_name["matmul-512"].flops == 2 * 512 ** 3
+    assert by_name["conv3x3-64x56"].flops == 2 * 64 * 56 * 56 * 64 * 9
+    # Every node of the fused chain counts its own operands: Add and Mul 3 x 4 MB, Relu 2 x 4 MB.
+    assert by_name["eltwise-1048576"].nbytes == 8 * 4 * (1 << 20)
+    assert by_name["chain-8x64"].dispatches == 8 and by_name["chain-1x64"].dispatches == 1
+    assert by_name["eltwise-1048576"].dispatches == 1     # elementwise nodes fuse: no dispatch of their own
+
+
+def test_fit_recovers_a_known_device():
+    samples = [_sample(w) for w in cal.workloads(cal.Suite.FULL)]
+    fitted, unresolved = cal.fit_device(samples, "test", DeviceModel(1.0, 1.0, 1.0))
+    assert unresolved == ()
+    # The call cost is the fastest call (here the tiny model's, a little over TRUE's fixed cost).
+    assert fitted.call_overhead_us == pytest.approx(TRUE.call_overhead_us, rel=0.01)
+    assert fitted.gflops == pytest.approx(TRUE.gflops, rel=0.02)
+    assert fitted.gbps == pytest.approx(TRUE.gbps, rel=0.02)
+    assert fitted.dispatch_us == pytest.approx(TRUE.dispatch_us, rel=0.02)
+    link, hop = cal.fit_link(samples)
+    assert hop == pytest.approx(50.0, rel=0.01)
+    assert link == pytest.approx(4.0, rel=0.05)
+
+
+def test_what_the_timing_cannot_resolve_keeps_the_default():
+    fallback = DeviceModel(7.0, 8.0, 9.0, 1.5)
+    samples = [_sample(w) for w in cal.workloads(cal.Suite.FULL)]
+    # The elementwise chain as fast as the fastest call: no bandwidth can be read from it.
+    samples = [s if s.workload.role is not cal.Role.MEMORY
+               else cal.Sample(s.workload, s.work, min(x.region_us for x in samples), s.whole_us) for s in samples]
+    fitted, unresolved = cal.fit_device(samples, "test", fallback)
+    assert unresolved == ("gbps",)
+    assert fitted.gbps == fallback.gbps and fitted.gflops == pytest.approx(TRUE.gflops, rel=0.02)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0])
+def test_a_broken_measurement_is_refused(bad):
+    samples = [_sample(w) for w in cal.workloads(cal.Suite.QUICK)]
+    samples[1] = cal.Sample(samples[1].workload, samples[1].work, bad, samples[1].whole_us)
+    with pytest.raises(cal.CalibrationError, match="matmul-128"):
+        cal.fit_device(samples, "test", TRUE)
+
+
+def test_further_dispatches_cost_only_where_measured():
+    hand_set = DeviceModel(100.0, 10.0, 15.0)     # devices.json's entries carry no dispatch cost
+    assert hand_set.time_us(10 ** 6, 100, 40) == hand_set.time_us(10 ** 6, 100, 1)
+    assert TRUE.time_us(10 ** 6, 100, 5) == pytest.approx(TRUE.time_us(10 ** 6, 100, 1) + 4 * TRUE.dispatch_us)
+
+
+@pytest.mark.device
+def test_calibrate_host_and_lavapipe(tmp_path, capsys):
+    out = tmp_path / "params.json"
+    assert main(["calibrate", "--accel", "vulkan", "--suite", "quick", "--repeats", "5", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    samples = data["_calibration"]["samples"]
+    assert {s["device"] for s in samples} == {"host", "vulkan-spirv"}
+    assert len(samples) == 2 * len(cal.workloads(cal.Suite.QUICK))
+    model = CostModel.load("vulkan-spirv", out)
+    for device in (model.host, model.accel):
+        for value in (device.gflops, device.gbps, device.call_overhead_us, device.dispatch_us):
+            assert math.isfinite(value) and value >= 0
+        assert device.gflops > 0 and device.call_overhead_us > 0
+    # The measured entry replaced the hand-set "GPU" class (2,000 GFLOP/s) for lavapipe, and the
+    # host entry is this machine's; the other targets keep the defaults.
+    assert model.accel.gflops < 200 and model.source == str(out)
+    assert CostModel.load("cuda", out).accel == CostModel.load("cuda").accel
+
+    # Timing bundles that are not there: a clear error, and the good file survives.
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["calibrate", "--accel", "vulkan", "--no-build", "--work", str(tmp_path / "none"),
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "no calibration bundle" in err and "--build-only" in err and "Traceback" not in err
+    assert out.read_bytes() == before
