@@ -80,6 +80,13 @@ class Estimator:
         groups = {r.name: Group(r.device, r.nodes) for r in plan.regions}
         return Costed(plan_cost(groups, self.view, self.roofline, plan.schedule).total_us, CostSource.ROOFLINE)
 
+    def rank(self, plan: Plan, cost: Costed) -> float:
+        """What the choice among plans compares: a predicted cost weighed by the plan's flag risk
+        (``LearnedModel.ranking_us``); a measured or roofline cost as it is."""
+        if self.model is None or cost.source in (CostSource.DATABASE, CostSource.ROOFLINE):
+            return cost.us
+        return float(self.model.ranking_us([plan], [cost.us])[0])
+
     def _measured_regions(self, plan: Plan, db: costdb.CostDatabase) -> tuple[dict[int, float], tuple[int, ...]]:
         """Schedule position -> the database's median for that region, and the rows behind them."""
         defaults, compiler = dict(self.default_flags), compiler_version()
@@ -151,7 +158,7 @@ def decide(view: GraphView, popts: PartitionOptions, options: "BuildOptions") ->
         costed = [(name, plan, est.cost(plan)) for name, plan in candidates(est, popts)]
         # Sources may differ between candidates (one measured, another predicted): the database's
         # median is the better estimate of that plan, so it is compared as it is.
-        name, plan, cost = min(costed, key=lambda c: c[2].us)
+        name, plan, cost = min(costed, key=lambda c: est.rank(c[1], c[2]))
         detail = f"learned policy chose {name} of: " + "; ".join(f"{n} {c.us:.1f} us ({c.source.value})"
                                                                  for n, _, c in costed)
         detail += f" ({est.fallback}: the proposer needs one)" if est.fallback else ""

@@ -32,7 +32,8 @@ MIN_PLANS = 20     # the issue's floor for a held-out model's score to mean much
 
 
 class Predictor(enum.Enum):
-    LEARNED = "learned"
+    LEARNED = "learned"                  # its choice: the prediction with each plan's flag risk
+    LEARNED_COST = "learned, cost alone"   # the prediction without it
     ROOFLINE = "fitted roofline"
     ACCEL_SHARE = "accel FLOP share"
     ALL_HOST = "always all-host"
@@ -130,8 +131,10 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
         model = fit(train, choice, estimators)
         measured = np.array([p.total_us for p in g.plans])
         shapes = [p.shape for p in g.plans]
+        predicted = model.plans_us(shapes)
         predictions = {
-            Predictor.LEARNED: model.plans_us(shapes),
+            Predictor.LEARNED: model.ranking_us([p.plan for p in g.plans], predicted),
+            Predictor.LEARNED_COST: predicted,
             Predictor.ROOFLINE: _fitted_roofline(train)(shapes),
             Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),
             Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan) for p in g.plans]),

@@ -26,9 +26,16 @@ import numpy as np
 
 from aot.learn.features import FEATURE_VERSION, NODE_DIM, PLAN_DIM, REGION_DIM, PlanShape, lane_time
 from aot.learn.trees import Forest, ModelFileError
+from aot.lower.flags import IM2COL
+from aot.partition.plan import Plan
 
 MODEL_FORMAT = "aot-learned-model"
 MODEL_VERSION = 1
+# How much a flag set's downside in training (``flag_risk``, log time) weighs against its
+# predicted time when the model chooses: one unit of it. Held out (docs/learned.md), 0.5-2 gave
+# top-1 regrets within a point of each other on the side-by-side labels, and 0.5-1 on the
+# separately timed ones (where 2 doubled it).
+RISK_WEIGHT = 1.0
 # Trained defaults, one per device fingerprint (``key.device_fingerprint``), each shipped only when
 # its evaluation justifies it (docs/learned.md); a build on other devices finds none.
 SHIPPED = Path(__file__).with_name("shipped")
@@ -61,11 +68,27 @@ class LearnedModel:
     training_set: str                 # digest of the rows it was fitted on
     versions: tuple[tuple[str, str], ...]
     summary: tuple[tuple[str, str], ...] = ()   # what it was trained on, for people
-    # narrow.flag_key of a whole-model flag set -> how many training graphs it was fastest on
+    # flag_key of a whole-model flag set -> how many training graphs it was fastest on
     tuner_wins: tuple[tuple[tuple[str, ...], int], ...] = ()
+    # flag_key -> its downside over the training graphs: the root mean square of how much slower
+    # than the default flags it ran, in log time, where it was slower (0 where it never was).
+    flag_risk: tuple[tuple[tuple[str, ...], float], ...] = ()
 
     def wins(self, key: tuple[str, ...]) -> int:
         return dict(self.tuner_wins).get(key, 0)
+
+    def risk(self, plan: Plan) -> float:
+        """The largest downside of the flag sets ``plan`` pins on its regions (0: none pinned,
+        or sets that never lost to the default in training)."""
+        risks = dict(self.flag_risk)
+        return max((risks.get(flag_key(r.flags), 0.0) for r in plan.regions if r.flags is not None), default=0.0)
+
+    def ranking_us(self, plans: Sequence[Plan], predicted_us: Sequence[float] | np.ndarray) -> np.ndarray:
+        """The predicted times, each scaled by exp(RISK_WEIGHT x its plan's risk): how the model
+        chooses among plans. A flag set that ran 18x slower than the default on one training graph
+        and won on another (the data-tiled convolution) must be predicted far ahead to be picked;
+        held out, the raw prediction picked it on a model where it lost 17x (docs/learned.md)."""
+        return np.asarray(predicted_us, dtype=float) * np.exp(RISK_WEIGHT * np.array([self.risk(p) for p in plans]))
 
     def plans_us(self, shapes: Sequence[PlanShape], measured: Sequence[Mapping[int, float]] = ()) -> np.ndarray:
         """Predicted end-to-end microseconds of each plan. ``measured`` (REGIONS mode): per plan,
@@ -106,7 +129,8 @@ class LearnedModel:
                 "versions": dict(self.versions), "summary": dict(self.summary),
                 "transfer": {"hop_us": self.hop_us, "us_per_byte": self.us_per_byte},
                 "cost": self.cost.to_json(), "policy": self.policy.to_json() if self.policy else None,
-                "tuner_wins": [[list(k), n] for k, n in self.tuner_wins]}
+                "tuner_wins": [[list(k), n] for k, n in self.tuner_wins],
+                "flag_risk": [[list(k), r] for k, r in self.flag_risk]}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LearnedModel":
@@ -131,7 +155,7 @@ class LearnedModel:
             return cls(mode, cost, hop, per_byte, policy, str(data["fingerprint"]), str(data["training_set"]),
                        tuple((str(k), str(v)) for k, v in dict(data["versions"]).items()),
                        tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()),
-                       _tuner_wins(data.get("tuner_wins") or []))
+                       _tuner_wins(data.get("tuner_wins") or []), _flag_risk(data.get("flag_risk") or []))
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError) as e:
@@ -159,6 +183,25 @@ class LearnedModel:
             raise ModelFileError(f"learned model {where} is not JSON ({e})",
                                  hint="the file is damaged: retrain it with `aot learn train`") from e
         return cls.from_json(data, where)
+
+
+def _flag_risk(rows: Any) -> tuple[tuple[tuple[str, ...], float], ...]:
+    """[[flags, risk], ...] as the model keeps it (a model trained before it has none)."""
+    out = []
+    for row in rows:
+        flags, risk = row
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) \
+                or not isinstance(risk, (int, float)) or isinstance(risk, bool) or not math.isfinite(risk) or risk < 0:
+            raise ValueError(f"flag_risk row {row!r} is not [[flag, ...], finite risk >= 0]")
+        out.append((tuple(flags), float(risk)))
+    return tuple(out)
+
+
+def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """A flag set's identity on any model, for counting wins and losses across models: its flags
+    sorted, without the convolution base every conv region's sets carry (IM2COL: a no-op without
+    convolutions); no flags at all is its own set."""
+    return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
 
 
 def _tuner_wins(rows: Any) -> tuple[tuple[tuple[str, ...], int], ...]:

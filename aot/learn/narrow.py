@@ -26,9 +26,8 @@ import numpy as np
 from aot.frontend.graph import GraphView
 from aot.learn.features import encode, shape_of
 from aot.learn.key import device_fingerprint
-from aot.learn.model import LearnedModel, shipped_model
+from aot.learn.model import LearnedModel, flag_key, shipped_model
 from aot.learn.trees import ModelFileError
-from aot.lower.flags import IM2COL
 from aot.partition.plan import Plan
 from aot.partition.support import HOST
 from aot.record import Narrowing
@@ -77,13 +76,6 @@ def fastest(predicted: "Sequence[float] | np.ndarray", count: int, wins: Sequenc
         raise ValueError("a prediction to choose from is not finite")
     won = wins if wins is not None else [0] * len(predicted)
     return sorted(range(len(predicted)), key=lambda i: (-won[i], predicted[i], i))[:count]
-
-
-def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
-    """A flag set's identity on any model, for counting wins across models: its flags sorted,
-    without the convolution base every conv region's sets carry (IM2COL: a no-op without
-    convolutions); no flags at all is its own set."""
-    return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
 
 
 def _with_flags(plan: Plan, region: str, flag_set: FlagSet) -> Plan:

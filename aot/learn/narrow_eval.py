@@ -18,7 +18,8 @@ import numpy as np
 
 from aot.learn.dataset import GraphData, MeasuredPlan
 from aot.learn.model import LearnedModel
-from aot.learn.narrow import fastest, flag_key
+from aot.learn.model import flag_key
+from aot.learn.narrow import fastest
 from aot.lower.flags import default_opt_flags
 from aot.partition.support import HOST
 from aot.runtime.target import Target
@@ -50,6 +51,20 @@ def tuner_wins(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], int]
     what a model trained on them ships (``LearnedModel.tuner_wins``)."""
     wins = Counter(min(tp, key=lambda k: tp[k].total_us) for tp in map(tuner_plans, graphs) if tp)
     return tuple(sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def flag_risk(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], float], ...]:
+    """Each whole-model flag set's downside over ``graphs``: the root mean square, over the graphs
+    that measured it and the default, of max(0, log(its time / the default's)). What a model
+    trained on them ships (``LearnedModel.flag_risk``); sorted by flags."""
+    default = flag_key(default_opt_flags(Target.host()))
+    losses: dict[tuple[str, ...], list[float]] = {}
+    for plans in map(tuner_plans, graphs):
+        if default not in plans:
+            continue
+        for key, p in plans.items():
+            losses.setdefault(key, []).append(max(float(np.log(p.total_us / plans[default].total_us)), 0.0))
+    return tuple(sorted((k, round(float(np.sqrt(np.mean(np.square(v)))), 6)) for k, v in losses.items()))
 
 
 def narrowing(g: GraphData, model: LearnedModel, top: int = TOP) -> NarrowScore | None:

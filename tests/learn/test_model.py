@@ -91,7 +91,8 @@ def _tiny_model(fingerprint: str = "fp", mode: Mode = Mode.PLAN) -> LearnedModel
     y = np.abs(x[:, 0]) + 1
     cost = from_sklearn(sklearn.GradientBoostingRegressor(n_estimators=5).fit(x, y), x)
     return LearnedModel(mode, cost, 1.0, 0.0, None, fingerprint, "digest", (("aot", "test"),),
-                        tuner_wins=((("--a", "--b"), 3), (("(no optimisation flags)",), 1)))
+                        tuner_wins=((("--a", "--b"), 3), (("(no optimisation flags)",), 1)),
+                        flag_risk=((("--a", "--b"), 0.5), (("--c",), 0.0)))
 
 
 def test_model_file_round_trip_and_clear_errors(tmp_path):
@@ -100,6 +101,7 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
     again = LearnedModel.load(path)
     assert again == dataclass_eq(again, m)
     assert again.tuner_wins == m.tuner_wins and again.wins(("--a", "--b")) == 3 and again.wins(("--c",)) == 0
+    assert again.flag_risk == m.flag_risk
     with pytest.raises(ModelFileError, match=r"missing\.json.*") as e:
         LearnedModel.load(tmp_path / "missing.json")
     assert "aot learn train" in e.value.hint
@@ -120,6 +122,16 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
         (tmp_path / "wins.json").write_text(json.dumps(data))
         with pytest.raises(ModelFileError, match=r"wins\.json': malformed learned model"):
             LearnedModel.load(tmp_path / "wins.json")
+    for bad in ([["--a"], -0.5], [["--a"], float("nan")], [["--a"], True], [[3], 0.1], [["--a"]]):
+        data = json.loads(path.read_text())
+        data["flag_risk"] = [bad]
+        (tmp_path / "risk.json").write_text(json.dumps(data))
+        with pytest.raises(ModelFileError, match=r"risk\.json': malformed learned model"):
+            LearnedModel.load(tmp_path / "risk.json")
+    data = json.loads(path.read_text())
+    del data["flag_risk"]                         # a model trained before the risk term: none
+    (tmp_path / "before.json").write_text(json.dumps(data))
+    assert LearnedModel.load(tmp_path / "before.json").flag_risk == ()
     assert m.mismatch("fp") is None and "trained on 'fp'" in m.mismatch("other devices")
 
 

@@ -191,3 +191,24 @@ def test_the_fastest_predictions_refuse_a_non_finite_one(bad):
     assert fastest([3.0, 1.0, 2.0, 1.0], 3) == [1, 3, 2]     # lowest first, a tie in offered order
     with pytest.raises(ValueError, match="not finite"):
         fastest([3.0, bad, 2.0], 2)
+
+
+def test_a_set_that_lost_badly_in_training_carries_its_risk_into_the_choice(tmp_path):
+    """data tiling won once and ran 8x slower than the default once; O3 only ever won. Held out,
+    the cost model predicts data tiling 10% ahead of O3: the raw prediction picks data tiling,
+    the model's choice (the prediction weighed by the risk) picks O3."""
+    train = (_graph(tmp_path, "won", {"default": 100.0, "data-tiling": 50.0, "O3": 90.0}),
+             _graph(tmp_path, "lost", {"default": 100.0, "data-tiling": 800.0, "O3": 95.0}))
+    risk = dict(narrow_eval.flag_risk(train))
+    by_name = {p.key.split(" ")[1].removeprefix("flags="): p for p in train[0].plans}
+    data_tiling, o3 = (flag_key(by_name[n].plan.regions[0].flags) for n in ("data-tiling", "O3"))
+    assert risk[data_tiling] == pytest.approx(np.sqrt(np.log(8.0) ** 2 / 2))
+    assert risk[o3] == 0.0 and risk[flag_key(by_name["default"].plan.regions[0].flags)] == 0.0
+    model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), flag_risk=tuple(risk.items()))
+    plans = [by_name["data-tiling"].plan, by_name["O3"].plan]
+    predicted = np.array([90.0, 100.0])
+    assert int(np.argmin(predicted)) == 0
+    assert int(np.argmin(model.ranking_us(plans, predicted))) == 1
+    # A plan that pins no flags (the accelerator's regions, an unpinned host region) has no risk.
+    unpinned = dataclasses.replace(plans[0], regions=tuple(dataclasses.replace(r, flags=None) for r in plans[0].regions))
+    assert model.risk(unpinned) == 0.0 and model.ranking_us([unpinned], [90.0])[0] == 90.0
