@@ -35,11 +35,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print(s, file=sys.stderr)
 
     options = args_.build_options(args)
-    out = Path(args.output)
+    out = args_.output_file("-o/--output", args.output)
     work = Path(args.work) if args.work else out.with_name(out.stem + ".work")
     suite, step = cal.Suite(args.suite), cal.Step(args.step)
     if step is not cal.Step.TIME_ONLY:
-        cal.build(options, work, suite, say)
+        cal.build(options, args_.output_folder("--work", work), suite, say)
     if step is cal.Step.BUILD_ONLY:
         print(work)
         return 0

@@ -154,6 +154,14 @@ CORPUS = [
     ("learn collect {garbage_onnx} --iterations 0", "--iterations"),
     ("learn collect {garbage_onnx} --perturbations -1", "--perturbations"),
     ("learn collect {garbage_onnx} -o {under_file}", "plan.txt"),
+    # calibrate: output places, numbers, and timing bundles that were never built
+    ("calibrate", "the following arguments are required"),
+    ("calibrate -o {under_file}", "plan.txt"),
+    ("calibrate -o {folder}", "folder"),
+    ("calibrate -o {folder}/p.json --work {under_file}", "plan.txt"),
+    ("calibrate -o {folder}/p.json --repeats 0", "--repeats"),
+    ("calibrate -o {folder}/p.json --no-build --work {nowhere} --accel none", "no calibration bundle"),
+    ("calibrate -o {folder}/p.json --no-build --work {folder} --build-only", "not allowed with"),
     # fuzz / conformance / example: numbers and output places, checked before any work starts
     ("fuzz --count 0", "--count"),
     ("fuzz --workers 0", "--workers"),

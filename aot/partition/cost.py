@@ -112,6 +112,12 @@ def node_bytes(node: Node, view: GraphView) -> int:
     return sum(view.values[v].nbytes or 0 for v in (*node.inputs, *node.const_inputs, *node.outputs))
 
 
+def nodes_us(nodes: Sequence[Node], view: GraphView, device: DeviceModel) -> float:
+    """The roofline time of ``nodes`` as one region on ``device``."""
+    return device.time_us(sum(node_flops(n, view) for n in nodes), sum(node_bytes(n, view) for n in nodes),
+                          region_dispatches(nodes, view))
+
+
 @dataclass(frozen=True, slots=True)
 class RegionEstimate:
     """What the partitioner knows about one region's work (the manifest and report show it)."""
@@ -124,9 +130,7 @@ class RegionEstimate:
 def region_estimate(nodes: tuple[str, ...], device: Device, view: GraphView, model: CostModel) -> RegionEstimate:
     ns = [view.node(n) for n in nodes]
     flops = sum(node_flops(n, view) for n in ns)
-    return RegionEstimate(sum(n.is_compute for n in ns), flops,
-                          round(model.device(device).time_us(flops, sum(node_bytes(n, view) for n in ns),
-                                                             region_dispatches(ns, view)), 3))
+    return RegionEstimate(sum(n.is_compute for n in ns), flops, round(nodes_us(ns, view, model.device(device)), 3))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +156,7 @@ def plan_cost(regions: Mapping[str, Group], view: GraphView, model: CostModel,
         if region_us is not None:
             compute.append((name, region_us(group)))
             continue
-        ns = [view.node(n) for n in group.nodes]
-        compute.append((name, model.device(group.device).time_us(sum(node_flops(n, view) for n in ns),
-                                                                 sum(node_bytes(n, view) for n in ns),
-                                                                 region_dispatches(ns, view))))
+        compute.append((name, nodes_us([view.node(n) for n in group.nodes], view, model.device(group.device))))
     crossings: set[tuple[str, Device]] = set()   # (value, device it must reach)
     waits: dict[str, set[str]] = {name: set() for name in regions}   # region -> regions it reads from
     for node in view.nodes:
