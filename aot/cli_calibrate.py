@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from aot import cli_args as args_
@@ -30,10 +29,9 @@ def add_command(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from aot.partition import calibrate as cal
     from aot.runtime.atomic import write_json
+    from aot.tune.progress import StepLines
 
-    def say(s: str) -> None:
-        print(s, file=sys.stderr)
-
+    say = StepLines()   # a rich bar on a terminal, a line per workload in a log
     options = args_.build_options(args)
     out = args_.output_file("-o/--output", args.output)
     work = Path(args.work) if args.work else out.with_name(out.stem + ".work")

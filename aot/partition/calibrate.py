@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import onnx
 
     from aot.options import BuildOptions
+    from aot.tune.progress import Steps
 
 Progress = Callable[[str], None]
 REPEATS = 30
@@ -291,15 +292,18 @@ def build(options: "BuildOptions", work: Path, suite: Suite, progress: Progress)
     import onnx
 
     from aot import api
+    from aot.tune.progress import Steps
 
     work.mkdir(parents=True, exist_ok=True)
-    for on_accel in (False, True) if options.accel else (False,):
+    devices = [False, True] if options.accel else [False]
+    steps = Steps(len(devices) * len(workloads(suite)), progress, label="calibrate")
+    for on_accel in devices:
         device = options.accel.backend if on_accel and options.accel else "host"
         for w in workloads(suite):
             model = work / f"{w.name}.onnx"
             onnx.save(onnx_model(w), model)
-            progress(f"calibrate  build {w.name} for {device}")
             api.build(model, _bundle(work, w, device), _options(options, w, on_accel))
+            steps.done(f"built {w.name} for {device}")
 
 
 def measure(options: "BuildOptions", work: Path, suite: Suite, repeats: int, progress: Progress) -> Calibration:
@@ -307,16 +311,18 @@ def measure(options: "BuildOptions", work: Path, suite: Suite, repeats: int, pro
     resolve keeps the defaults' value (``CostModel.load``'s for the same target)."""
     from aot.learn.key import device_fingerprint
     from aot.partition.cost import CostModel
+    from aot.tune.progress import Steps
 
     backend = options.accel.backend if options.accel else None
     defaults = CostModel.load(backend)
-    host = _samples(work, suite, "host", "llvm-cpu", repeats, progress)
+    steps = Steps((2 if backend else 1) * len(workloads(suite)), progress, label="calibrate")
+    host = _samples(work, suite, "host", "llvm-cpu", repeats, steps)
     host_model, unresolved = fit_device(host, "the host", defaults.host)
     calibration = Calibration(device_fingerprint(options), host_model, host,
                               unresolved=tuple(f"host {u}" for u in unresolved))
     if backend is None:
         return calibration
-    accel = _samples(work, suite, backend, backend, repeats, progress)
+    accel = _samples(work, suite, backend, backend, repeats, steps)
     accel_model, accel_unresolved = fit_device(accel, backend, defaults.accel)
     link_gbps, hop_us = fit_link(accel)
     unresolved = calibration.unresolved + tuple(f"{backend} {u}" for u in accel_unresolved)
@@ -325,7 +331,7 @@ def measure(options: "BuildOptions", work: Path, suite: Suite, repeats: int, pro
                                unresolved=unresolved + ((f"{backend} link_gbps",) if link_gbps is None else ()))
 
 
-def _samples(work: Path, suite: Suite, device: str, backend: str, repeats: int, progress: Progress) -> tuple[Sample, ...]:
+def _samples(work: Path, suite: Suite, device: str, backend: str, repeats: int, steps: "Steps") -> tuple[Sample, ...]:
     from aot.checks.reference import random_inputs
     from aot.checks.session import CheckSession
     from aot.runtime import manifest as mf
@@ -350,5 +356,5 @@ def _samples(work: Path, suite: Suite, device: str, backend: str, repeats: int, 
             inputs = random_inputs(manifest.inputs, seed=0)
             whole_us, region = session.profile(inputs, repeats)
         out.append(Sample(w, counted(w), region[regions[0].name], whole_us))
-        progress(f"calibrate  {w.name} on {device}: {out[-1].region_us:.1f} us alone, {whole_us:.1f} us a call")
+        steps.done(f"{w.name} on {device}: {out[-1].region_us:.1f} us alone, {whole_us:.1f} us a call")
     return tuple(out)

@@ -16,8 +16,8 @@ class Steps:
     """``steps.done("r0 compiled data-tiling in 14.2s")``: prints ``tune     [3/33, ETA 1m20s] ...``."""
 
     def __init__(self, total: int, progress: Callable[[str], None],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        self.total, self.count = total, 0
+                 clock: Callable[[], float] = time.perf_counter, label: str = "tune") -> None:
+        self.total, self.count, self.label = total, 0, label
         self._progress, self._clock = progress, clock
         self._start = clock()
         self._lock = threading.Lock()   # compiles finish on pool threads
@@ -27,7 +27,7 @@ class Steps:
             self.count += 1
             elapsed = self._clock() - self._start
             left = elapsed / self.count * (self.total - self.count) if self.count < self.total else 0.0
-            self._progress(f"tune     [{self.count}/{self.total}, ETA {eta_text(left)}] {what}")
+            self._progress(f"{self.label:<8} [{self.count}/{self.total}, ETA {eta_text(left)}] {what}")
 
 
 def eta_text(seconds: float) -> str:
