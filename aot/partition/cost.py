@@ -3,12 +3,16 @@ the plan cost the gate compares. Device parameters live in an editable JSON file
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import math
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, cast
 
+from aot.errors import AotError
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.partition import order
@@ -35,6 +39,25 @@ class DeviceModel:
                 + max(flops / (self.gflops * 1e3), nbytes / (self.gbps * 1e3)))
 
 
+class CostParamsError(AotError):
+    """A --cost-params file that cannot be read or is not a device parameters file."""
+
+
+def _positive(value: object, zero: bool = False) -> float:
+    """A finite number above 0 (or at least 0, with ``zero``); anything else is a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{value!r} is not a finite number {'>= 0' if zero else '> 0'}")
+    return float(value)
+
+
+def _device(entry: dict) -> DeviceModel:
+    if set(entry) - {f.name for f in dataclasses.fields(DeviceModel)}:
+        raise ValueError(f"unknown keys {sorted(set(entry) - {f.name for f in dataclasses.fields(DeviceModel)})}")
+    return DeviceModel(_positive(entry["gflops"]), _positive(entry["gbps"]),
+                       _positive(entry["call_overhead_us"], zero=True), _positive(entry.get("dispatch_us", 0.0), zero=True))
+
+
 @dataclass(frozen=True, slots=True)
 class CostModel:
     host: DeviceModel
@@ -47,11 +70,25 @@ class CostModel:
     def load(cls, target: str | None, path: Path | None = None) -> "CostModel":
         """Parameters for ``target`` (e.g. ``vulkan-spirv``) from ``path`` or the shipped defaults."""
         p = Path(path) if path else DEFAULT_PARAMS
-        data = json.loads(p.read_text())
-        accel = data["accelerators"].get(target or "", data["accelerators"]["default"])
-        source = "defaults (aot/partition/devices.json)" if path is None else str(p)
-        return cls(DeviceModel(**data["host"]), DeviceModel(**accel["device"]),
-                   accel["link_gbps"], accel["hop_us"], source)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise CostParamsError(f"cannot read --cost-params {str(p)!r}: {e.strerror or e}",
+                                  hint="give a file `aot calibrate` wrote, or leave --cost-params out") from None
+        # A given file by its path and content: a record names the very calibration it used.
+        source = ("defaults (aot/partition/devices.json)" if path is None
+                  else f"{p} (sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]})")
+        try:
+            data = json.loads(text)
+            entries = data["accelerators"]
+            accel = entries.get(target or "", entries["default"])
+            model = cls(_device(data["host"]), _device(accel["device"]), _positive(accel["link_gbps"]),
+                        _positive(accel["hop_us"], zero=True), source)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CostParamsError(f"--cost-params {str(p)!r} is not a device parameters file ({type(e).__name__}: {e})",
+                                  hint="give a file `aot calibrate` wrote (aot/partition/devices.json shows the form)"
+                                  ) from None
+        return model
 
     def device(self, which: Device) -> DeviceModel:
         return self.accel if which == ACCEL else self.host

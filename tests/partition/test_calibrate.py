@@ -9,7 +9,7 @@ import pytest
 
 from aot.cli import main
 from aot.partition import calibrate as cal
-from aot.partition.cost import CostModel, DeviceModel
+from aot.partition.cost import DEFAULT_PARAMS, CostModel, CostParamsError, DeviceModel
 
 TRUE = DeviceModel(gflops=120.0, gbps=15.0, call_overhead_us=20.0, dispatch_us=6.0)
 
@@ -86,7 +86,7 @@ def test_calibrate_host_and_lavapipe(tmp_path, capsys):
         assert device.gflops > 0 and device.call_overhead_us > 0
     # The measured entry replaced the hand-set "GPU" class (2,000 GFLOP/s) for lavapipe, and the
     # host entry is this machine's; the other targets keep the defaults.
-    assert model.accel.gflops < 200 and model.source == str(out)
+    assert model.accel.gflops < 200 and model.source.startswith(f"{out} (sha256 ")
     assert CostModel.load("cuda", out).accel == CostModel.load("cuda").accel
 
     # Timing bundles that are not there: a clear error, and the good file survives.
@@ -97,3 +97,36 @@ def test_calibrate_host_and_lavapipe(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no calibration bundle" in err and "--build-only" in err and "Traceback" not in err
     assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("text, what", [
+    ("not json", "JSONDecodeError"),
+    ('{"host": {"gflops": 1, "gbps": 1, "call_overhead_us": 1}}', "accelerators"),
+    (json.dumps({**json.loads(DEFAULT_PARAMS.read_text()), "host": {"gflops": float("nan"), "gbps": 1,
+                                                                     "call_overhead_us": 1}}), "nan"),
+    (json.dumps({**json.loads(DEFAULT_PARAMS.read_text()), "host": {"gflops": 0, "gbps": 1,
+                                                                     "call_overhead_us": 1}}), "> 0"),
+    (json.dumps({**json.loads(DEFAULT_PARAMS.read_text()), "host": {"gflops": 1, "gbps": 1, "call_overhead_us": 1,
+                                                                     "speed": 3}}), "speed"),
+])
+def test_a_bad_cost_params_file_is_a_typed_error_that_names_it(text, what, tmp_path, example_model, capsys):
+    bad = tmp_path / "params.json"
+    bad.write_text(text)
+    with pytest.raises(CostParamsError, match=what) as e:
+        CostModel.load("vulkan-spirv", bad)
+    assert str(bad) in str(e.value) and "aot calibrate" in e.value.hint
+    assert main(["plan", str(example_model), "--cost-params", str(bad), "-o", str(tmp_path / "plan.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: --cost-params") and "Traceback" not in err
+    assert not (tmp_path / "plan.json").exists()
+    with pytest.raises(CostParamsError, match="cannot read"):
+        CostModel.load(None, tmp_path / "missing.json")
+
+
+def test_a_record_names_the_very_parameters_file(tmp_path):
+    params = tmp_path / "params.json"
+    params.write_text(DEFAULT_PARAMS.read_text())
+    first = CostModel.load("cuda", params).source
+    params.write_text(DEFAULT_PARAMS.read_text().replace('"gflops": 60.0', '"gflops": 61.0'))
+    assert first.startswith(str(params)) and CostModel.load("cuda", params).source != first
+    assert CostModel.load("cuda").source == "defaults (aot/partition/devices.json)"
