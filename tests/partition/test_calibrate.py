@@ -130,3 +130,21 @@ def test_a_record_names_the_very_parameters_file(tmp_path):
     params.write_text(DEFAULT_PARAMS.read_text().replace('"gflops": 60.0', '"gflops": 61.0'))
     assert first.startswith(str(params)) and CostModel.load("cuda", params).source != first
     assert CostModel.load("cuda").source == "defaults (aot/partition/devices.json)"
+
+
+@pytest.mark.device
+def test_a_cross_build_builds_here_and_times_there(tmp_path, capsys):
+    """--build-only writes the workload bundles and no parameters; --no-build times those bundles
+    without building (what the device's machine, which may lack the compiler, runs)."""
+    work, out = tmp_path / "work", tmp_path / "host.json"
+    assert main(["calibrate", "--accel", "none", "--suite", "quick", "--build-only", "--work", str(work),
+                 "-o", str(out)]) == 0
+    assert not out.exists() and capsys.readouterr().out.strip() == str(work)
+    built = sorted(p.name for p in work.iterdir() if p.is_dir())
+    assert built == sorted(f"host-{w.name}" for w in cal.workloads(cal.Suite.QUICK))   # the host only: --accel none
+    assert main(["calibrate", "--accel", "none", "--suite", "quick", "--no-build", "--repeats", "3",
+                 "--work", str(work), "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {s["device"] for s in data["_calibration"]["samples"]} == {"host"}
+    assert data["accelerators"] == json.loads(DEFAULT_PARAMS.read_text())["accelerators"]
+    assert CostModel.load(None, out).host.gflops == data["host"]["gflops"] > 0
