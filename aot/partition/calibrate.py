@@ -316,13 +316,14 @@ def measure(options: "BuildOptions", work: Path, suite: Suite, repeats: int, pro
     backend = options.accel.backend if options.accel else None
     defaults = CostModel.load(backend)
     steps = Steps((2 if backend else 1) * len(workloads(suite)), progress, label="calibrate")
+    # The accelerator first: where it cannot be opened, that is said before the host is timed.
+    accel = _samples(work, suite, backend, backend, repeats, steps) if backend else ()
     host = _samples(work, suite, "host", "llvm-cpu", repeats, steps)
     host_model, unresolved = fit_device(host, "the host", defaults.host)
     calibration = Calibration(device_fingerprint(options), host_model, host,
                               unresolved=tuple(f"host {u}" for u in unresolved))
     if backend is None:
         return calibration
-    accel = _samples(work, suite, backend, backend, repeats, steps)
     accel_model, accel_unresolved = fit_device(accel, backend, defaults.accel)
     link_gbps, hop_us = fit_link(accel)
     unresolved = calibration.unresolved + tuple(f"{backend} {u}" for u in accel_unresolved)
@@ -352,7 +353,13 @@ def _samples(work: Path, suite: Suite, device: str, backend: str, repeats: int, 
             raise CalibrationError(f"{w.name} was built to run on {got}, not on {backend} alone",
                                    hint="its region fell back or was moved by verification; see "
                                         f"`aot report {where}`")
-        with CheckSession(bundle, manifest) as session:
+        try:
+            session = CheckSession(bundle, manifest)
+        except AotError as e:
+            raise CalibrationError(f"cannot open {device} to time the calibration bundles: {e.message}",
+                                   hint="calibrate where the device is: `--build-only` here, then `--no-build` "
+                                        "with the same --work on the device's machine") from e
+        with session:
             inputs = random_inputs(manifest.inputs, seed=0)
             whole_us, region = session.profile(inputs, repeats)
         out.append(Sample(w, counted(w), region[regions[0].name], whole_us))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import math
 
@@ -148,3 +149,20 @@ def test_a_cross_build_builds_here_and_times_there(tmp_path, capsys):
     assert {s["device"] for s in data["_calibration"]["samples"]} == {"host"}
     assert data["accelerators"] == json.loads(DEFAULT_PARAMS.read_text())["accelerators"]
     assert CostModel.load(None, out).host.gflops == data["host"]["gflops"] > 0
+
+
+@pytest.mark.device
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None,
+                    reason="a CUDA driver is on this machine: the case needs one without")
+def test_timing_where_the_device_is_not_says_where_to_run_it(tmp_path, capsys):
+    """This machine has no CUDA: the cross build works, timing it here is a typed error that says
+    how to calibrate a device elsewhere, before the host is timed."""
+    work, out = tmp_path / "work", tmp_path / "cuda.json"
+    assert main(["calibrate", "--accel", "cuda", "--suite", "quick", "--build-only", "--work", str(work),
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", "--accel", "cuda", "--suite", "quick", "--no-build", "--work", str(work),
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: cannot open cuda") and "--no-build" in err and "Traceback" not in err
+    assert " on host:" not in err and not out.exists()
