@@ -8,7 +8,7 @@ MODEL  ?= $(EXAMPLE)
 NAME   ?= $(basename $(notdir $(subst zoo:,,$(MODEL))))
 OUT    := artifacts/$(NAME)
 
-.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host learn-vulkan gpu-bundles clean
+.PHONY: setup model test test-fast test-all test-full bench conformance fuzz soak learn-host learn-vulkan calibrate gpu-bundles clean
 
 setup:
 	@bash scripts/setup.sh
@@ -109,6 +109,12 @@ learn-vulkan: setup $(EXAMPLE)
 	$(AOT) learn collect zoo:ppocr-cls zoo:minilm $(LEARN_VULKAN) --perturbations 40 --max-plans 14
 	$(AOT) learn eval --db $(LEARN_VULKAN_DB) --accel vulkan --end-to-end --iterations 3 \
 		--json artifacts/learn/end-to-end.json
+
+# This machine's cost-model entries, measured (docs/calibrate.md; about a minute): the host and
+# CALIBRATE_ACCEL's device, into a --cost-params file for `aot build ... --cost-params FILE`.
+CALIBRATE_ACCEL ?= vulkan
+calibrate: setup
+	$(AOT) calibrate --accel $(CALIBRATE_ACCEL) -o artifacts/calibrate/$(CALIBRATE_ACCEL).json
 
 # What a GPU machine needs to reproduce docs/cuda.md: the torch models built for CUDA (sm_80) and
 # for Vulkan (ampere, no verification here: lavapipe is not that GPU), with golden inputs and
