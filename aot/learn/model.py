@@ -85,9 +85,9 @@ class LearnedModel:
 
     def ranking_us(self, plans: Sequence[Plan], predicted_us: Sequence[float] | np.ndarray) -> np.ndarray:
         """The predicted times, each scaled by exp(RISK_WEIGHT x its plan's risk): how the model
-        chooses among plans. A flag set that ran 18x slower than the default on one training graph
-        and won on another (the data-tiled convolution) must be predicted far ahead to be picked;
-        held out, the raw prediction picked it on a model where it lost 17x (docs/learned.md)."""
+        chooses among plans. A flag set that won on one training graph and ran 17x slower than the
+        default on another (the data-tiled convolution) must be predicted far ahead to be picked;
+        held out, the raw prediction picked it on the graph where it lost (docs/learned.md)."""
         return np.asarray(predicted_us, dtype=float) * np.exp(RISK_WEIGHT * np.array([self.risk(p) for p in plans]))
 
     def plans_us(self, shapes: Sequence[PlanShape], measured: Sequence[Mapping[int, float]] = ()) -> np.ndarray:

@@ -17,8 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from aot.learn.dataset import GraphData, MeasuredPlan
-from aot.learn.model import LearnedModel
-from aot.learn.model import flag_key
+from aot.learn.model import LearnedModel, flag_key
 from aot.learn.narrow import fastest
 from aot.lower.flags import default_opt_flags
 from aot.partition.support import HOST
