@@ -77,10 +77,11 @@ class LearnedModel:
     def wins(self, key: tuple[str, ...]) -> int:
         return dict(self.tuner_wins).get(key, 0)
 
-    def risk(self, plan: Plan) -> float:
+    def risk(self, plan: Plan, risks: Mapping[tuple[str, ...], float] | None = None) -> float:
         """The largest downside of the flag sets ``plan`` pins on its regions (0: none pinned,
-        or sets that never lost to the default in training)."""
-        risks = dict(self.flag_risk)
+        or sets that never lost to the default in training). ``risks``: ``dict(flag_risk)``,
+        made once by a caller that prices many plans."""
+        risks = dict(self.flag_risk) if risks is None else risks
         return max((risks.get(flag_key(r.flags), 0.0) for r in plan.regions if r.flags is not None), default=0.0)
 
     def ranking_us(self, plans: Sequence[Plan], predicted_us: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -88,7 +89,8 @@ class LearnedModel:
         chooses among plans. A flag set that won on one training graph and ran 17x slower than the
         default on another (the data-tiled convolution) must be predicted far ahead to be picked;
         held out, the raw prediction picked it on the graph where it lost (docs/learned.md)."""
-        return np.asarray(predicted_us, dtype=float) * np.exp(RISK_WEIGHT * np.array([self.risk(p) for p in plans]))
+        risks = dict(self.flag_risk)
+        return np.asarray(predicted_us, dtype=float) * np.exp(RISK_WEIGHT * np.array([self.risk(p, risks) for p in plans]))
 
     def plans_us(self, shapes: Sequence[PlanShape], measured: Sequence[Mapping[int, float]] = ()) -> np.ndarray:
         """Predicted end-to-end microseconds of each plan. ``measured`` (REGIONS mode): per plan,

@@ -45,6 +45,11 @@ def tuner_plans(g: GraphData) -> dict[tuple[str, ...], MeasuredPlan]:
     return out
 
 
+def _default_key() -> tuple[str, ...]:
+    """The untuned build's flag set, as ``flag_key`` names it."""
+    return flag_key(default_opt_flags(Target.host()))
+
+
 def tuner_wins(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], int], ...]:
     """How many of ``graphs`` each whole-model flag set was fastest on, most first (then by flags):
     what a model trained on them ships (``LearnedModel.tuner_wins``)."""
@@ -56,7 +61,7 @@ def flag_risk(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], float
     """Each whole-model flag set's downside over ``graphs``: the root mean square, over the graphs
     that measured it and the default, of max(0, log(its time / the default's)). What a model
     trained on them ships (``LearnedModel.flag_risk``); sorted by flags."""
-    default = flag_key(default_opt_flags(Target.host()))
+    default = _default_key()
     losses: dict[tuple[str, ...], list[float]] = {}
     for plans in map(tuner_plans, graphs):
         if default not in plans:
@@ -70,7 +75,7 @@ def narrowing(g: GraphData, model: LearnedModel, top: int = TOP) -> NarrowScore 
     """None where the held-out model has no measured default or fewer than ``top`` + 1 sets.
     ``model`` was trained without ``g``: its wins and predictions never saw it."""
     plans = tuner_plans(g)
-    default = flag_key(default_opt_flags(Target.host()))
+    default = _default_key()
     if default not in plans or len(plans) <= top:
         return None
     times = {k: p.total_us for k, p in plans.items()}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -89,10 +90,6 @@ class Workload:
         return frozenset(s.op for s in self.steps)
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape))
-
-
 def _matmul(n: int) -> Workload:
     return Workload(f"matmul-{n}", Role.COMPUTE, ((n, n),), (Node("MatMul", ((n, n),)),), (n, n))
 
@@ -141,7 +138,7 @@ def onnx_model(w: Workload) -> "onnx.ModelProto":
             if isinstance(e, str):
                 operands.append(e)
                 continue
-            weight = (rng.standard_normal(e) / np.sqrt(_numel(e[1:]))).astype(np.float32)
+            weight = (rng.standard_normal(e) / np.sqrt(math.prod(e[1:]))).astype(np.float32)
             inits.append(numpy_helper.from_array(weight, f"w{i}"))
             operands.append(f"w{i}")
         out = "y" if i == len(w.steps) - 1 else f"v{i}"
@@ -221,7 +218,7 @@ def fit_device(samples: Sequence[Sample], device: str, fallback: DeviceModel) ->
 
 
 def _moved(w: Workload) -> int:
-    return 4 * (sum(_numel(i) for i in w.inputs) + _numel(w.output))
+    return 4 * (sum(math.prod(i) for i in w.inputs) + math.prod(w.output))
 
 
 def fit_link(samples: Sequence[Sample]) -> tuple[float | None, float]:
