@@ -111,10 +111,11 @@ learn-vulkan: setup $(EXAMPLE)
 		--json artifacts/learn/end-to-end.json
 
 # This machine's cost-model entries, measured (docs/calibrate.md; about a minute): the host and
-# CALIBRATE_ACCEL's device, into a --cost-params file for `aot build ... --cost-params FILE`.
+# CALIBRATE_ACCEL's device, stored for these devices, where every later build for them finds it
+# (`aot calibrate --where` says where; `--cost-params shipped` builds from the hand-set entries).
 CALIBRATE_ACCEL ?= vulkan
 calibrate: setup
-	$(AOT) calibrate --accel $(CALIBRATE_ACCEL) -o artifacts/calibrate/$(CALIBRATE_ACCEL).json
+	$(AOT) calibrate --accel $(CALIBRATE_ACCEL)
 
 # What a GPU machine needs to reproduce docs/cuda.md: the torch models built for CUDA (sm_80) and
 # for Vulkan (ampere, no verification here: lavapipe is not that GPU), with golden inputs and

@@ -6,13 +6,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from aot import cli_args as args_
+from aot.option_flags import UsageError
+from aot.partition import calibrations
+
+if TYPE_CHECKING:
+    from aot.options import BuildOptions
 
 
 def add_command(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     c = sub.add_parser("calibrate", help="measure the host's (and with --accel, the accelerator's) GFLOP/s, "
                                          "bandwidth, call and transfer costs; write a --cost-params file")
-    c.add_argument("-o", "--output", required=True, help="the --cost-params JSON to write")
+    c.add_argument("-o", "--output", default=None,
+                   help="the --cost-params JSON to write (default: this machine's store, where every later build "
+                        "for the same devices finds it; `aot calibrate --where` prints the place)")
+    c.add_argument("--where", action="store_true",
+                   help="print where the calibration of these devices is stored, and whether one is; measure nothing")
     c.add_argument("--work", default=None, help="where the workload bundles go (default: beside --output)")
     c.add_argument("--suite", default="full", choices=["full", "quick"],
                    help="workload sizes: full (a model's larger dispatches) or quick (small; a first look)")
@@ -33,7 +44,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     say = StepLines()   # a rich bar on a terminal, a line per workload in a log
     options = args_.build_options(args)
-    out = args_.output_file("-o/--output", args.output)
+    stored = calibrations.path_for(options)
+    if args.where:
+        return _where(options, stored)
+    if args.output is None and stored is None:
+        raise UsageError("there is no home folder to store the calibration in",
+                         hint=f"give -o FILE, or set {calibrations.STORE_ENV} to a folder")
+    out = args_.output_file("-o/--output", args.output or stored)
     work = Path(args.work) if args.work else out.with_name(out.stem + ".work")
     suite, step = cal.Suite(args.suite), cal.Step(args.step)
     if step is not cal.Step.TIME_ONLY:
@@ -52,5 +69,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         say(f"calibrate  link: {link}, {result.hop_us:g} us a transfer")
     for kept in result.unresolved:
         say(f"calibrate  {kept}: below what the timing resolves; the default stays")
+    if args.output is None:
+        say(f"calibrate  stored for {calibrations.machine_key(options)}: builds for these devices "
+            "decide from it unless given --cost-params")
     print(out)
+    return 0
+
+
+def _where(options: "BuildOptions", stored: Path | None) -> int:
+    print(f"devices: {calibrations.machine_key(options)}")
+    if stored is None:
+        print(f"store: none (no home folder; set {calibrations.STORE_ENV})")
+    else:
+        print(f"calibration: {stored} ({'stored' if stored.is_file() else 'none yet: builds use the shipped entries'})")
     return 0

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aot.option_flags import Companion, Flag, Switch, UsageError, option
-from aot.partition import policies, select
+from aot.partition import calibrations, policies, select
+from aot.partition.cost import DEFAULT_PARAMS
 from aot.partition.flop_groups import MAX_GROUPS, MIN_GROUPS
 from aot.partition.order import OrderMode
 from aot.partition.partitioner import PartitionOptions
@@ -99,6 +100,11 @@ def _accel(text: str, vulkan: str | None = None, cuda: str | None = None) -> Tar
         raise UsageError(f"--accel {text} and --{accel.backend.split('-')[0]}-target {arch} name two archs",
                          hint="give the arch once")
     return Target.accelerator(text, arch)
+
+
+def _cost_params(text: str) -> Path:
+    """``--cost-params FILE``, or ``shipped`` for the hand-set entries even where a calibration is stored."""
+    return DEFAULT_PARAMS if text == "shipped" else Path(text)
 
 
 def _overrides(_: None, host_ops: str | None = None, accel_ops: str | None = None,
@@ -268,8 +274,9 @@ class BuildOptions:
         "cannot be split goes to the host. The splits are pinned in the plan", metavar="DRIVER=SIZE[,...]",
         parse=parse_memory_limits))
     cost_params: Path | None = option(None, Flag(
-        "--cost-params", "device parameters JSON for the cost model (default: aot/partition/devices.json)",
-        parse=Path))
+        "--cost-params", "device parameters JSON for the cost model ('shipped': aot/partition/devices.json; default: "
+        "this machine's `aot calibrate` for the devices built for, else the shipped entries)",
+        metavar="FILE|shipped", parse=_cost_params))
     overrides: Overrides = option(Overrides(), Flag(None, compose=_overrides, companions=(
         Companion("--host-ops", "host_ops", "comma-separated op types forced to the host"),
         Companion("--accel-ops", "accel_ops", "comma-separated op types forced to the accelerator"),
@@ -326,7 +333,8 @@ class BuildOptions:
     def partition_options(self) -> PartitionOptions:
         """The partitioner's view of these settings (the limits are memory_limits.py's, before it)."""
         return PartitionOptions(self.accel.backend if self.accel else None, self.min_compute, self.overrides,
-                                self.policy, self.select, self.threshold, self.gate, self.cost_params,
+                                self.policy, self.select, self.threshold, self.gate,
+                                self.cost_params or calibrations.for_build(self),
                                 self.min_segment_nodes, self.order, self.order_budget,
                                 (),   # no labels decided yet: memory splitting adds its own (memory_limits.py)
                                 self.measure_plans, (), False, None)   # nothing timed yet: checks/measured_order.py times

@@ -20,6 +20,7 @@ from aot.frontend.graph import GraphView, Node, Value
 from aot.options import BuildOptions
 from aot.pipeline import build
 from aot.runtime import manifest as mf
+from aot.partition import calibrations
 from aot.partition.plan import Gate
 from aot.record import (BuildRecord, GraphNode, Machine, PartitionRecord, RegionCheck, RegionRecord,
                         Verification)
@@ -95,10 +96,13 @@ SLOW_S = 20.0   # a test not marked slow (or device) that takes longer fails and
 # modules unchanged, and the cache is keyed by module text, target, flags and compiler version.
 # A test that needs a compile to happen asks for `private_compile_cache`. Under pytest-xdist the
 # controller makes it before the workers start (they inherit the variable) and removes it after.
+# The same for the calibration store (partition/calibrations.py): an `aot calibrate` run on this
+# machine must not change what the tests' builds decide, so they see an empty store of their own.
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):   # a fresh one, whatever the caller's environment says
         config._aot_shared_cache = Path(tempfile.mkdtemp(prefix="aot-test-cache-"))
         os.environ[SHARED_CACHE_ENV] = str(config._aot_shared_cache)
+        os.environ[calibrations.STORE_ENV] = str(config._aot_shared_cache / "calibrations")
 
 
 def pytest_unconfigure(config):

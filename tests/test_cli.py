@@ -13,6 +13,7 @@ import aot
 from aot import cli, cli_args, option_flags
 from aot.option_flags import UsageError
 from aot.options import FallbackMode
+from aot.partition.cost import DEFAULT_PARAMS
 from aot.partition.partitioner import PartitionOptions
 from aot.partition.order import OrderMode
 from aot.partition.plan import GateMode
@@ -73,6 +74,7 @@ SPELLINGS = [
     (("--measure",), "gate", GateMode.MEASURED),
     (("--no-gate",), "gate", GateMode.OFF),
     (("--cost-params", "d.json"), "cost_params", Path("d.json")),
+    (("--cost-params", "shipped"), "cost_params", DEFAULT_PARAMS),
     (("--min-segment-nodes", "3"), "min_segment_nodes", 3),
     (("--order", "search"), "order", OrderMode.SEARCH),
     (("--order-budget", "16"), "order_budget", 16),

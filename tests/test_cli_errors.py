@@ -155,7 +155,7 @@ CORPUS = [
     ("learn collect {garbage_onnx} --perturbations -1", "--perturbations"),
     ("learn collect {garbage_onnx} -o {under_file}", "plan.txt"),
     # calibrate: output places, numbers, and timing bundles that were never built
-    ("calibrate", "the following arguments are required"),
+    ("calibrate --no-build --accel none", "no calibration bundle"),   # into the store: bundles first
     ("calibrate -o {under_file}", "plan.txt"),
     ("calibrate -o {folder}", "folder"),
     ("calibrate -o {folder}/p.json --work {under_file}", "plan.txt"),

@@ -40,7 +40,12 @@ class DeviceModel:
 
 
 class CostParamsError(AotError):
-    """A --cost-params file that cannot be read or is not a device parameters file."""
+    """A --cost-params file (or this machine's stored calibration) that cannot be read or is not a
+    device parameters file."""
+
+
+_PARAMS_HINT = ("run `aot calibrate` again (its file replaces a damaged one), give --cost-params a file it wrote, "
+                "or --cost-params shipped for the hand-set entries (aot/partition/devices.json shows the form)")
 
 
 def _positive(value: object, zero: bool = False) -> float:
@@ -73,10 +78,10 @@ class CostModel:
         try:
             text = p.read_text()
         except OSError as e:
-            raise CostParamsError(f"cannot read --cost-params {str(p)!r}: {e.strerror or e}",
-                                  hint="give a file `aot calibrate` wrote, or leave --cost-params out") from None
+            raise CostParamsError(f"cannot read the cost parameters {str(p)!r}: {e.strerror or e}",
+                                  hint=_PARAMS_HINT) from None
         # A given file by its path and content: a record names the very calibration it used.
-        source = ("defaults (aot/partition/devices.json)" if path is None
+        source = ("defaults (aot/partition/devices.json)" if path is None or p == DEFAULT_PARAMS
                   else f"{p} (sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]})")
         try:
             data = json.loads(text)
@@ -85,9 +90,8 @@ class CostModel:
             model = cls(_device(data["host"]), _device(accel["device"]), _positive(accel["link_gbps"]),
                         _positive(accel["hop_us"], zero=True), source)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CostParamsError(f"--cost-params {str(p)!r} is not a device parameters file ({type(e).__name__}: {e})",
-                                  hint="give a file `aot calibrate` wrote (aot/partition/devices.json shows the form)"
-                                  ) from None
+            raise CostParamsError(f"the cost parameters {str(p)!r} are not a device parameters file "
+                                  f"({type(e).__name__}: {e})", hint=_PARAMS_HINT) from None
         return model
 
     def device(self, which: Device) -> DeviceModel:

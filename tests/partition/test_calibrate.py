@@ -9,7 +9,9 @@ import math
 import pytest
 
 from aot.cli import main
+from aot.options import BuildOptions
 from aot.partition import calibrate as cal
+from aot.partition import calibrations
 from aot.partition.cost import DEFAULT_PARAMS, CostModel, CostParamsError, DeviceModel
 
 TRUE = DeviceModel(gflops=120.0, gbps=15.0, call_overhead_us=20.0, dispatch_us=6.0)
@@ -73,9 +75,14 @@ def test_further_dispatches_cost_only_where_measured():
 
 
 @pytest.mark.device
-def test_calibrate_host_and_lavapipe(tmp_path, capsys):
-    out = tmp_path / "params.json"
-    assert main(["calibrate", "--accel", "vulkan", "--suite", "quick", "--repeats", "5", "-o", str(out)]) == 0
+def test_calibrate_host_and_lavapipe(tmp_path, capsys, monkeypatch):
+    # Without -o the calibration goes to this machine's store, where builds for lavapipe find it.
+    monkeypatch.setenv(calibrations.STORE_ENV, str(tmp_path / "store"))
+    assert calibrations.for_build(BuildOptions()) is None
+    assert main(["calibrate", "--accel", "vulkan", "--suite", "quick", "--repeats", "5"]) == 0
+    out = calibrations.for_build(BuildOptions())
+    assert out is not None and out.parent == tmp_path / "store"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(out)
     data = json.loads(out.read_text())
     samples = data["_calibration"]["samples"]
     assert {s["device"] for s in samples} == {"host", "vulkan-spirv"}
@@ -118,7 +125,7 @@ def test_a_bad_cost_params_file_is_a_typed_error_that_names_it(text, what, tmp_p
     assert str(bad) in str(e.value) and "aot calibrate" in e.value.hint
     assert main(["plan", str(example_model), "--cost-params", str(bad), "-o", str(tmp_path / "plan.json")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("ERROR: --cost-params") and "Traceback" not in err
+    assert err.startswith(f"ERROR: the cost parameters {str(bad)!r}") and "Traceback" not in err
     assert not (tmp_path / "plan.json").exists()
     with pytest.raises(CostParamsError, match="cannot read"):
         CostModel.load(None, tmp_path / "missing.json")
@@ -166,3 +173,45 @@ def test_timing_where_the_device_is_not_says_where_to_run_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("ERROR: cannot open cuda") and "--no-build" in err and "Traceback" not in err
     assert " on host:" not in err and not out.exists()
+
+
+def _plan_gate(model, out, *flags: str) -> dict:
+    assert main(["plan", str(model), "--accel", "vulkan", "--gate", "roofline", *flags, "-o", str(out)]) == 0
+    return json.loads(out.read_text())["gate"]
+
+
+def test_a_build_decides_from_this_machines_stored_calibration(tmp_path, example_model, monkeypatch, capsys):
+    """A calibration in the store is what a build for the same devices decides from, and the plan
+    names it; --cost-params shipped, a cross build, or another arch keep the hand-set entries."""
+    monkeypatch.setenv(calibrations.STORE_ENV, str(tmp_path / "store"))
+    shipped = _plan_gate(example_model, tmp_path / "shipped.json")
+    assert shipped["accepted"] and "cost model: defaults" in shipped["detail"]
+
+    # This machine's "GPU" measured at lavapipe's speed: the roofline keeps the model on the host.
+    slow = json.loads(DEFAULT_PARAMS.read_text())
+    slow["accelerators"]["vulkan-spirv"]["device"]["gflops"] = 1.0
+    stored = calibrations.path_for(BuildOptions())
+    stored.parent.mkdir(parents=True)
+    stored.write_text(json.dumps(slow))
+    calibrated = _plan_gate(example_model, tmp_path / "calibrated.json")
+    assert not calibrated["accepted"] and f"cost model: {stored} (sha256 " in calibrated["detail"]
+
+    for flags in (("--cost-params", "shipped"), ("--host-cpu", "x86-64-v3"), ("--vulkan-target", "ampere")):
+        gate = _plan_gate(example_model, tmp_path / "other.json", *flags)
+        assert gate["accepted"] and "cost model: defaults" in gate["detail"], flags
+
+    # A damaged store file is a typed error that says how to recover, and nothing is written.
+    stored.write_text("{ truncated")
+    capsys.readouterr()
+    assert main(["plan", str(example_model), "--accel", "vulkan", "-o", str(tmp_path / "bad.json")]) == 1
+    err = capsys.readouterr().err
+    assert str(stored) in err and "--cost-params shipped" in err and "Traceback" not in err
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_calibrate_where_names_the_devices_and_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(calibrations.STORE_ENV, str(tmp_path))
+    assert main(["calibrate", "--accel", "none", "--where"]) == 0
+    out = capsys.readouterr().out
+    assert f"devices: none host=" in out and f"cpu={calibrations.cpu_model()}" in out and "none yet" in out
+    assert str(tmp_path) in out and not any(tmp_path.iterdir())
