@@ -5,8 +5,8 @@ accelerator it built for (backend and arch) and the host's ISA class, core count
 A build with no ``--cost-params`` for the same devices uses that file instead of the hand-set
 ``devices.json``, so once a machine is calibrated its plans are decided from its own figures, as a
 TensorRT timing cache or a TVM tuning log is found by the device it was measured on. The build
-record names the file and its sha256 (``CostModel.source``), and ``--plan`` replays the decisions
-without reading it.
+record names the file and its sha256 (``CostModel.source``). ``--plan`` replays the plan's pinned
+decisions whatever the store holds; the calibration then only prices them for the record.
 
 Only a build for the devices at hand finds one: a cross build (``--host-cpu`` another CPU, or an
 accelerator arch other than the one calibrated) keeps the hand-set class entries, which describe
