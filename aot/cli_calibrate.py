@@ -47,10 +47,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     stored = calibrations.path_for(options)
     if args.where:
         return _where(options, stored)
-    if args.output is None and stored is None:
+    target = args.output or stored
+    if target is None:
         raise UsageError("there is no home folder to store the calibration in",
                          hint=f"give -o FILE, or set {calibrations.STORE_ENV} to a folder")
-    out = args_.output_file("-o/--output", args.output or stored)
+    out = args_.output_file("-o/--output", target)
     work = Path(args.work) if args.work else out.with_name(out.stem + ".work")
     suite, step = cal.Suite(args.suite), cal.Step(args.step)
     if step is not cal.Step.TIME_ONLY:
