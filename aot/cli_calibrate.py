@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from aot import cli_args as args_
