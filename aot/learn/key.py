@@ -167,11 +167,6 @@ def _aot_version() -> str:
 def device_fingerprint(options: "BuildOptions") -> str:
     """The devices a plan's timings belong to, coarsely: the accelerator's backend and arch, the
     host's ISA class and core count (``vulkan-spirv:llvmpipe host=x86-64-v4 cores=2``)."""
-    import os
+    from aot.runtime.fingerprint import devices
 
-    from aot.runtime.manifest import cpu_flags
-
-    flags = set(cpu_flags())
-    isa = "x86-64-v4" if "avx512f" in flags else "x86-64-v3" if "avx2" in flags else "baseline"
-    accel = f"{options.accel.backend}:{options.accel.arch}" if options.accel else "none"
-    return f"{accel} host={isa} cores={os.cpu_count() or 1}"
+    return devices(options.accel)

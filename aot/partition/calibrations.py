@@ -16,14 +16,24 @@ the devices it is built for better than this machine's figures do.
 from __future__ import annotations
 
 import os
-import platform
 import re
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from aot.options import BuildOptions
+from aot.runtime import fingerprint
+from aot.runtime.target import Target
+
+
+class BuildDevices(Protocol):
+    """What of ``BuildOptions`` decides which calibration applies (no import of options: it imports us)."""
+
+    @property
+    def accel(self) -> Target | None: ...
+    @property
+    def host(self) -> Target: ...
+    @property
+    def cost_params(self) -> Path | None: ...
+
 
 # Where calibrations go: $AOT_CALIBRATIONS, else $XDG_DATA_HOME/aot/calibrations, else
 # ~/.local/share/aot/calibrations. Data, not cache: it took a measurement to make.
@@ -43,32 +53,18 @@ def store() -> Path | None:
     return Path(base) / "aot" / "calibrations"
 
 
-@cache
-def cpu_model() -> str:
-    """The host CPU's model name (two machines of one ISA class and core count still differ)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+def machine_key(options: BuildDevices) -> str:
+    """The devices a calibration was measured on (``learn.key.device_fingerprint`` and the CPU model)."""
+    return f"{fingerprint.devices(options.accel)} cpu={fingerprint.cpu_model()}"
 
 
-def machine_key(options: "BuildOptions") -> str:
-    """The devices a calibration was measured on (``learn.key.device_fingerprint`` and the CPU)."""
-    from aot.learn.key import device_fingerprint
-
-    return f"{device_fingerprint(options)} cpu={cpu_model()}"
-
-
-def path_for(options: "BuildOptions") -> Path | None:
+def path_for(options: BuildDevices) -> Path | None:
     """Where the calibration of ``options``' devices goes (whether or not one is there)."""
     folder = store()
     return folder / (re.sub(r"[^A-Za-z0-9.-]+", "_", machine_key(options)) + ".json") if folder else None
 
 
-def for_build(options: "BuildOptions") -> Path | None:
+def for_build(options: BuildDevices) -> Path | None:
     """The calibration a build with these options uses when it names no ``--cost-params``: this
     machine's, for its accelerator, when the build is for this machine's host; else None."""
     if options.cost_params is not None or options.host.arch != "host":

@@ -12,6 +12,7 @@ from aot.cli import main
 from aot.options import BuildOptions
 from aot.partition import calibrate as cal
 from aot.partition import calibrations
+from aot.runtime import fingerprint
 from aot.partition.cost import DEFAULT_PARAMS, CostModel, CostParamsError, DeviceModel
 
 TRUE = DeviceModel(gflops=120.0, gbps=15.0, call_overhead_us=20.0, dispatch_us=6.0)
@@ -213,5 +214,5 @@ def test_calibrate_where_names_the_devices_and_the_file(tmp_path, monkeypatch, c
     monkeypatch.setenv(calibrations.STORE_ENV, str(tmp_path))
     assert main(["calibrate", "--accel", "none", "--where"]) == 0
     out = capsys.readouterr().out
-    assert f"devices: none host=" in out and f"cpu={calibrations.cpu_model()}" in out and "none yet" in out
+    assert f"devices: none host=" in out and f"cpu={fingerprint.cpu_model()}" in out and "none yet" in out
     assert str(tmp_path) in out and not any(tmp_path.iterdir())
