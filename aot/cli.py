@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import sys
 from pathlib import Path
 
@@ -17,6 +18,11 @@ INTERNAL_ERROR = "ERROR: internal error in aot"
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A crash in native code (the IREE runtime, a Vulkan driver, the compiler) kills the process
+    # with a signal before any handler below runs; faulthandler prints where each Python thread
+    # was, so the report says which stage died and not only "-11".
+    if not faulthandler.is_enabled() and sys.__stderr__ is not None:   # (pytest has its own)
+        faulthandler.enable(file=sys.__stderr__, all_threads=True)
     try:
         args = _parser().parse_args(argv)
         return args.func(args) or 0

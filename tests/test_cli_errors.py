@@ -207,3 +207,16 @@ def test_the_catch_all_says_it_is_a_bug_without_a_traceback(monkeypatch, capsys)
     assert cli.main(["example", "-o", "x.onnx"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(cli.INTERNAL_ERROR) and "KeyError" in err and "Traceback" not in err
+
+
+def test_a_crash_in_native_code_says_where_python_was():
+    """A segfault in the runtime or a driver kills the process before any handler runs; the
+    command still prints each thread's stack, so a report names the stage that died."""
+    import subprocess
+    import sys
+
+    crash = ("import ctypes, aot.cli as c; c._cmd_example = lambda args: ctypes.string_at(0); "
+             "c.main(['example', '-o', 'x.onnx'])")
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -11, done.stderr
+    assert "Segmentation fault" in done.stderr and "in main" in done.stderr and "<lambda>" in done.stderr
