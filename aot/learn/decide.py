@@ -82,10 +82,11 @@ class Estimator:
 
     def rank(self, plan: Plan, cost: Costed) -> float:
         """What the choice among plans compares: a predicted cost weighed by the plan's flag risk
-        (``LearnedModel.ranking_us``); a measured or roofline cost as it is."""
+        and what similar graphs measured for its flags (``LearnedModel.ranking_us``); a measured
+        or roofline cost as it is."""
         if self.model is None or cost.source in (CostSource.DATABASE, CostSource.ROOFLINE):
             return cost.us
-        return float(self.model.ranking_us([plan], [cost.us])[0])
+        return float(self.model.ranking_us([plan], [cost.us], self.codes)[0])
 
     def _measured_regions(self, plan: Plan, db: costdb.CostDatabase) -> tuple[dict[int, float], tuple[int, ...]]:
         """Schedule position -> the database's median for that region, and the rows behind them."""

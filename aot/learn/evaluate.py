@@ -133,7 +133,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
         shapes = [p.shape for p in g.plans]
         predicted = model.plans_us(shapes)
         predictions = {
-            Predictor.LEARNED: model.ranking_us([p.plan for p in g.plans], predicted),
+            Predictor.LEARNED: model.ranking_us([p.plan for p in g.plans], predicted, g.codes),
             Predictor.LEARNED_COST: predicted,
             Predictor.ROOFLINE: _fitted_roofline(train)(shapes),
             Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),

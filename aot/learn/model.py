@@ -7,7 +7,9 @@ byte crossing. ``Mode.PLAN``: the trees predict the plan's end-to-end time direc
 plan's features; ``aot learn train`` falls back to it when the database holds too few region rows
 to fit the first. The proposer is a second forest: a node's log-odds of running best on the
 accelerator. Beside them, how often each whole-model flag set won on the training graphs
-(``tuner_wins``: which sets ``--tune-top`` times first, learn/narrow.py). The file carries the
+(``tuner_wins``: which sets ``--tune-top`` times first, learn/narrow.py), each set's downside
+(``flag_risk``) and each real training graph's measured flag and runtime effects (``neighbours``:
+the prior a similar graph's plans are ranked with, learn/neighbours.py). The file carries the
 device fingerprint its timings came from, its training set's digest and the versions that made
 it; a build on other devices does not use it (``mismatch``).
 """
@@ -24,9 +26,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from aot.learn.features import FEATURE_VERSION, NODE_DIM, PLAN_DIM, REGION_DIM, PlanShape, lane_time
+from aot.learn.features import FEATURE_VERSION, NODE_DIM, PLAN_DIM, REGION_DIM, GraphCodes, PlanShape, lane_time
+from aot.learn.neighbours import GraphEffects, prior
 from aot.learn.trees import Forest, ModelFileError
-from aot.lower.flags import IM2COL
+from aot.lower.flags import flag_key
 from aot.partition.plan import Plan
 
 MODEL_FORMAT = "aot-learned-model"
@@ -36,6 +39,10 @@ MODEL_VERSION = 1
 # top-1 regrets within a point of each other on the side-by-side labels, and 0.5-1 on the
 # separately timed ones (where 2 doubled it).
 RISK_WEIGHT = 1.0
+# How much the similar graphs' measured effects (``neighbours.Prior``, log time) weigh: one unit,
+# as measured. Held out on the host database, 1 ranked better than 0.5 and as well as 2
+# (docs/learned.md).
+PRIOR_WEIGHT = 1.0
 # Trained defaults, one per device fingerprint (``key.device_fingerprint``), each shipped only when
 # its evaluation justifies it (docs/learned.md); a build on other devices finds none.
 SHIPPED = Path(__file__).with_name("shipped")
@@ -73,6 +80,8 @@ class LearnedModel:
     # flag_key -> its downside over the training graphs: the root mean square of how much slower
     # than the default flags it ran, in log time, where it was slower (0 where it never was).
     flag_risk: tuple[tuple[tuple[str, ...], float], ...] = ()
+    # each real training graph's measured flag-set and runtime effects (neighbours.py)
+    neighbours: tuple[GraphEffects, ...] = ()
 
     def wins(self, key: tuple[str, ...]) -> int:
         return dict(self.tuner_wins).get(key, 0)
@@ -84,13 +93,20 @@ class LearnedModel:
         risks = dict(self.flag_risk) if risks is None else risks
         return max((risks.get(flag_key(r.flags), 0.0) for r in plan.regions if r.flags is not None), default=0.0)
 
-    def ranking_us(self, plans: Sequence[Plan], predicted_us: Sequence[float] | np.ndarray) -> np.ndarray:
-        """The predicted times, each scaled by exp(RISK_WEIGHT x its plan's risk): how the model
-        chooses among plans. A flag set that won on one training graph and ran 17x slower than the
-        default on another (the data-tiled convolution) must be predicted far ahead to be picked;
-        held out, the raw prediction picked it on the graph where it lost (docs/learned.md)."""
+    def ranking_us(self, plans: Sequence[Plan], predicted_us: Sequence[float] | np.ndarray,
+                   codes: GraphCodes | None = None) -> np.ndarray:
+        """The predicted times, each scaled by exp(RISK_WEIGHT x its plan's risk) and, given the
+        graph's ``codes``, by exp(PRIOR_WEIGHT x what similar training graphs measured for its
+        flags and runtime): how the model chooses among plans. A flag set that won on one
+        training graph and ran 17x slower than the default on another (the data-tiled
+        convolution) must be predicted far ahead to be picked; held out, the raw prediction
+        picked it on the graph where it lost (docs/learned.md)."""
         risks = dict(self.flag_risk)
-        return np.asarray(predicted_us, dtype=float) * np.exp(RISK_WEIGHT * np.array([self.risk(p, risks) for p in plans]))
+        log_scale = RISK_WEIGHT * np.array([self.risk(p, risks) for p in plans])
+        if codes is not None and self.neighbours:
+            near = prior(self.neighbours, codes)
+            log_scale = log_scale + PRIOR_WEIGHT * np.array([near.of(p) for p in plans])
+        return np.asarray(predicted_us, dtype=float) * np.exp(log_scale)
 
     def plans_us(self, shapes: Sequence[PlanShape], measured: Sequence[Mapping[int, float]] = ()) -> np.ndarray:
         """Predicted end-to-end microseconds of each plan. ``measured`` (REGIONS mode): per plan,
@@ -132,7 +148,8 @@ class LearnedModel:
                 "transfer": {"hop_us": self.hop_us, "us_per_byte": self.us_per_byte},
                 "cost": self.cost.to_json(), "policy": self.policy.to_json() if self.policy else None,
                 "tuner_wins": [[list(k), n] for k, n in self.tuner_wins],
-                "flag_risk": [[list(k), r] for k, r in self.flag_risk]}
+                "flag_risk": [[list(k), r] for k, r in self.flag_risk],
+                "neighbours": [n.to_json() for n in self.neighbours]}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LearnedModel":
@@ -157,7 +174,8 @@ class LearnedModel:
             return cls(mode, cost, hop, per_byte, policy, str(data["fingerprint"]), str(data["training_set"]),
                        tuple((str(k), str(v)) for k, v in dict(data["versions"]).items()),
                        tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()),
-                       _tuner_wins(data.get("tuner_wins") or []), _flag_risk(data.get("flag_risk") or []))
+                       _tuner_wins(data.get("tuner_wins") or []), _flag_risk(data.get("flag_risk") or []),
+                       tuple(GraphEffects.from_json(n) for n in data.get("neighbours") or []))
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError) as e:
@@ -197,13 +215,6 @@ def _flag_risk(rows: Any) -> tuple[tuple[tuple[str, ...], float], ...]:
             raise ValueError(f"flag_risk row {row!r} is not [[flag, ...], finite risk >= 0]")
         out.append((tuple(flags), float(risk)))
     return tuple(out)
-
-
-def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
-    """A flag set's identity on any model, for counting wins and losses across models: its flags
-    sorted, without the convolution base every conv region's sets carry (IM2COL: a no-op without
-    convolutions); no flags at all is its own set."""
-    return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
 
 
 def _tuner_wins(rows: Any) -> tuple[tuple[tuple[str, ...], int], ...]:

@@ -10,6 +10,7 @@ training graphs, the prediction ordering equal counts: ``narrow.fastest`` with t
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
@@ -17,8 +18,10 @@ from typing import Iterable
 import numpy as np
 
 from aot.learn.dataset import GraphData, MeasuredPlan
+from aot.learn.features import local_sync
 from aot.learn.model import LearnedModel, flag_key
 from aot.learn.narrow import fastest
+from aot.learn.neighbours import GraphEffects, signature
 from aot.lower.flags import default_opt_flags
 from aot.partition.support import HOST
 from aot.runtime.target import Target
@@ -69,6 +72,29 @@ def flag_risk(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], float
         for key, p in plans.items():
             losses.setdefault(key, []).append(max(float(np.log(p.total_us / plans[default].total_us)), 0.0))
     return tuple(sorted((k, round(float(np.sqrt(np.mean(np.square(v)))), 6)) for k, v in losses.items()))
+
+
+def graph_effects(graphs: Iterable[GraphData]) -> tuple[GraphEffects, ...]:
+    """Each real graph's measured effects (``neighbours.GraphEffects``): every whole-model flag
+    set against the default, and local-sync against local-task with the same flags (the median
+    over the sets measured both ways). Generated graphs are random: their flag effects say
+    nothing about a model's. Graphs without a measured default are left out."""
+    default, out = _default_key(), []
+    for g in graphs:
+        plans = tuner_plans(g)
+        if g.generated or default not in plans:
+            continue
+        base = plans[default].total_us
+        flags = tuple(sorted((k, round(math.log(p.total_us / base), 6)) for k, p in plans.items()))
+        by_runtime: dict[tuple[str, ...], dict[float, float]] = {}
+        for p in g.plans:
+            r = p.plan.regions[0]
+            if len(p.plan.regions) == 1 and r.device == HOST and r.flags is not None:
+                by_runtime.setdefault(flag_key(r.flags), {})[local_sync(p.plan)] = p.total_us
+        ratios = [math.log(t[1.0] / t[0.0]) for t in by_runtime.values() if len(t) == 2]
+        runtime = round(float(np.median(ratios)), 6) if ratios else None
+        out.append(GraphEffects(tuple(round(float(x), 6) for x in signature(g.codes)), flags, runtime))
+    return tuple(out)
 
 
 def narrowing(g: GraphData, model: LearnedModel, top: int = TOP) -> NarrowScore | None:

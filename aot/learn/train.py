@@ -20,7 +20,7 @@ from aot.errors import AotError
 from aot.learn.dataset import Dataset
 from aot.learn.features import FEATURE_VERSION, lane_time
 from aot.learn.model import LearnedModel, Mode
-from aot.learn.narrow_eval import flag_risk, tuner_wins
+from aot.learn.narrow_eval import flag_risk, graph_effects, tuner_wins
 from aot.learn.trees import Forest, from_sklearn
 
 MIN_REGION_ROWS = 40     # fewer region rows than this: predict plan times directly (Mode.PLAN)
@@ -95,7 +95,8 @@ def fit(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, estimators: int = 2
                ("plans", str(len(plans))), ("rows", str(data.rows())),
                ("region_rows", str(len(region_rows(data)[1]))), ("mode", mode.value))
     return LearnedModel(mode, cost, hop_us, per_byte, _proposer(ensemble, data, estimators), data.fingerprint,
-                        data.digest(), _versions(), summary, tuner_wins(data.graphs), flag_risk(data.graphs))
+                        data.digest(), _versions(), summary, tuner_wins(data.graphs), flag_risk(data.graphs),
+                        graph_effects(data.graphs))
 
 
 def _regressor(ensemble: Any, x: np.ndarray, y: np.ndarray, estimators: int) -> Forest:

@@ -98,6 +98,13 @@ _DEFAULT_OPT = {
 }
 
 
+def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """A flag set's identity on any model, for counting wins and losses across models: its flags
+    sorted, without the convolution base every conv region's sets carry (IM2COL: a no-op without
+    convolutions); no flags at all is its own set."""
+    return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
+
+
 def default_opt_flags(target: Target, convolution: bool = False) -> tuple[str, ...]:
     """The optimisation flags a region compiled for ``target`` gets when it was not tuned;
     ``convolution``: the region holds one (``holds_convolution`` of its MLIR)."""

@@ -19,6 +19,7 @@ from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
 from aot.learn.features import PLAN_DIM, REGION_DIM, encode, node_features, shape_of
 from aot.learn.model import LearnedModel, Mode
+from aot.learn.neighbours import GraphEffects
 from aot.learn.train import ModeChoice, fit
 from aot.learn.trees import Forest, ModelFileError, from_sklearn
 from aot.partition.partitioner import plan_from_groups, single_region_plan
@@ -92,7 +93,9 @@ def _tiny_model(fingerprint: str = "fp", mode: Mode = Mode.PLAN) -> LearnedModel
     cost = from_sklearn(sklearn.GradientBoostingRegressor(n_estimators=5).fit(x, y), x)
     return LearnedModel(mode, cost, 1.0, 0.0, None, fingerprint, "digest", (("aot", "test"),),
                         tuner_wins=((("--a", "--b"), 3), (("(no optimisation flags)",), 1)),
-                        flag_risk=((("--a", "--b"), 0.5), (("--c",), 0.0)))
+                        flag_risk=((("--a", "--b"), 0.5), (("--c",), 0.0)),
+                        neighbours=(GraphEffects((0.5, 0.0, 0.5, 0.0, 2.0), ((("--a",), -0.7),), 0.25),
+                                    GraphEffects((0.0, 0.0, 1.0, 0.0, 3.0), (), None)))
 
 
 def test_model_file_round_trip_and_clear_errors(tmp_path):
@@ -101,7 +104,7 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
     again = LearnedModel.load(path)
     assert again == dataclass_eq(again, m)
     assert again.tuner_wins == m.tuner_wins and again.wins(("--a", "--b")) == 3 and again.wins(("--c",)) == 0
-    assert again.flag_risk == m.flag_risk
+    assert again.flag_risk == m.flag_risk and again.neighbours == m.neighbours
     with pytest.raises(ModelFileError, match=r"missing\.json.*") as e:
         LearnedModel.load(tmp_path / "missing.json")
     assert "aot learn train" in e.value.hint
@@ -128,10 +131,21 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
         (tmp_path / "risk.json").write_text(json.dumps(data))
         with pytest.raises(ModelFileError, match=r"risk\.json': malformed learned model"):
             LearnedModel.load(tmp_path / "risk.json")
+    for bad in ({"signature": [0.5], "flags": [], "runtime": None},
+                {"signature": [0.0, 0.0, 1.0, 0.0, float("nan")], "flags": [], "runtime": None},
+                {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": [[["--a"], "fast"]], "runtime": None},
+                {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": [], "runtime": float("inf")},
+                {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": []}):
+        data = json.loads(path.read_text())
+        data["neighbours"] = [bad]
+        (tmp_path / "near.json").write_text(json.dumps(data))
+        with pytest.raises(ModelFileError, match=r"near\.json': malformed learned model"):
+            LearnedModel.load(tmp_path / "near.json")
     data = json.loads(path.read_text())
-    del data["flag_risk"]                         # a model trained before the risk term: none
+    del data["flag_risk"], data["neighbours"]     # a model trained before the risk and prior terms: none
     (tmp_path / "before.json").write_text(json.dumps(data))
     assert LearnedModel.load(tmp_path / "before.json").flag_risk == ()
+    assert LearnedModel.load(tmp_path / "before.json").neighbours == ()
     assert m.mismatch("fp") is None and "trained on 'fp'" in m.mismatch("other devices")
 
 

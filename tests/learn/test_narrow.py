@@ -15,8 +15,10 @@ from aot.learn.features import PLAN_DIM, PLAN_SCALARS, encode, node_features, sh
 from aot.learn.host_plans import host_plans
 from aot.learn.key import device_fingerprint
 from aot.learn.model import LearnedModel, Mode
+from aot.learn.neighbours import GraphEffects, prior, signature
 from aot.learn.narrow import flag_key, learned_chooser
 from aot.lower.flags import IM2COL
+from aot.runtime.manifest import HostRuntime
 from aot.learn.trees import Forest, Tree
 from aot.frontend.source import region_families
 from aot.options import BuildOptions
@@ -131,17 +133,19 @@ def test_a_narrowed_tuning_times_only_the_kept_sets_and_records_the_rest(tmp_pat
     assert "--tune-top: timed 2 of" in tuning_text(result.bundle.manifest, result.bundle.record)
 
 
-def _graph(tmp_path, name: str, times: dict[str, float]):
-    """The conv chain's whole-model flag-set plans with made-up times (others 200 us)."""
+def _graph(tmp_path, name: str, times: dict[str, float], sync_slower: float | None = None):
+    """The conv chain's whole-model flag-set plans with made-up times (others 200 us), on
+    local-task; with ``sync_slower``, on local-sync too, each that many times slower."""
     path, options = api.resolve(_conv_chain(tmp_path / f"{name}.onnx"), HOST_ONLY)
     planned = plan_model(path, dataclasses.replace(options, gate=GateMode.OFF), suggest=False)
     codes = encode(planned.view, None)
     plans = []
     for hp in host_plans(planned, options.host, seed=0):
         flavour = hp.origin.split(" ")
-        if flavour[0] != "regions=1" or flavour[2] != "runtime=local-task":
+        factor = 1.0 if flavour[2] == "runtime=local-task" else sync_slower
+        if flavour[0] != "regions=1" or factor is None:
             continue
-        us = times.get(flavour[1].removeprefix("flags="), 200.0)
+        us = factor * times.get(flavour[1].removeprefix("flags="), 200.0)
         plans.append(MeasuredPlan(hp.origin, hp.plan, shape_of(hp.plan, planned.view, codes), us, None, 1))
     return GraphData(name, False, planned.view, codes, node_features(planned.view, codes), tuple(plans))
 
@@ -212,3 +216,34 @@ def test_a_set_that_lost_badly_in_training_carries_its_risk_into_the_choice(tmp_
     # A plan that pins no flags (the accelerator's regions, an unpinned host region) has no risk.
     unpinned = dataclasses.replace(plans[0], regions=tuple(dataclasses.replace(r, flags=None) for r in plans[0].regions))
     assert model.risk(unpinned) == 0.0 and model.ranking_us([unpinned], [90.0])[0] == 90.0
+
+
+def test_what_similar_graphs_measured_steers_the_choice_and_dissimilar_ones_barely_count(tmp_path):
+    """Each training graph keeps its measured effects: every whole-model flag set against the
+    default, local-sync against local-task. A held-out graph weighs them by how alike the graphs
+    are: the cost model predicts O3 10% ahead of data tiling, but a graph like this one measured
+    data tiling at half the default's time, so the model's choice is data tiling."""
+    lookalike = _graph(tmp_path, "lookalike", {"default": 100.0, "data-tiling": 50.0, "O3": 100.0},
+                       sync_slower=4.0)
+    (effects,) = narrow_eval.graph_effects([lookalike, dataclasses.replace(lookalike, generated=True)])
+    by_name = {p.key.split(" ")[1].removeprefix("flags="): p for p in lookalike.plans if "local-task" in p.key}
+    data_tiling, o3, default = (flag_key(by_name[n].plan.regions[0].flags) for n in ("data-tiling", "O3", "default"))
+    flags = dict(effects.flags)
+    assert flags[data_tiling] == pytest.approx(np.log(0.5), abs=1e-6) and flags[default] == 0.0
+    assert flags[o3] == 0.0 and effects.runtime == pytest.approx(np.log(4.0), abs=1e-6)
+    assert effects.signature == pytest.approx(tuple(signature(lookalike.codes)), abs=1e-6)
+    # A graph of another kind (all its FLOPs in matmuls, 1000x the size) measured the opposite.
+    unlike = GraphEffects((0.0, 0.0, 1.0, 0.0, effects.signature[-1] + 1.0), ((data_tiling, float(np.log(8.0))),), None)
+    near = prior((effects, unlike), lookalike.codes)
+    sig = signature(lookalike.codes)
+    assert sig[0] > 0.95                                      # its FLOPs are nearly all convolution
+    w = np.exp(-np.sum((sig - np.array(unlike.signature)) ** 2))     # about exp(-3) at width 1
+    assert near.flag_effect[data_tiling] == pytest.approx((np.log(0.5) + w * np.log(8.0)) / (1 + w), abs=1e-5)
+    assert prior((unlike,), lookalike.codes).flag_effect[data_tiling] == pytest.approx(np.log(8.0))  # all there is
+    model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), neighbours=(effects, unlike))
+    plans = [by_name["data-tiling"].plan, by_name["O3"].plan]
+    predicted = np.array([110.0, 100.0])
+    assert int(np.argmin(model.ranking_us(plans, predicted))) == 1              # without the graph: as predicted
+    assert int(np.argmin(model.ranking_us(plans, predicted, lookalike.codes))) == 0
+    synced = dataclasses.replace(by_name["default"].plan, host_runtime=HostRuntime("local-sync", ()))
+    assert near.of(synced) == pytest.approx(np.log(4.0), abs=1e-5)           # the runtime's effect alone

@@ -1,0 +1,104 @@
+"""What similar training graphs measured: a prior on a plan's flag sets and host runtime.
+
+The cost model's trees see a plan's flags as features beside the graph's, and with a dozen real
+graphs they learn little of how the two interact: held out, they picked a flag set that won on
+other graphs and ran 2-7x slower than the default on the graph at hand (docs/learned.md). The
+measured effects themselves carry that interaction: on each real training graph, how much each
+whole-model flag set changed the time against the default flags, log(t / t_default), and how much
+the local-sync runtime changed it against local-task with the same flags. For a new graph, each
+training graph's effects count by how alike the two graphs are (their FLOP shares per op class,
+which is what the flags act on, and their size), in a Gaussian kernel: a graph of convolutions
+learns from graphs of convolutions. A plan's prior is its regions' effects weighted by their
+share of the FLOPs, plus its runtime's; the model ranks by prediction x exp(prior).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from aot.learn.features import GraphCodes, OpClass, local_sync
+from aot.lower.flags import flag_key
+from aot.partition.plan import Plan
+
+# The kernel's width in signature units (a share of FLOPs moves 0..1, the size a third per decade).
+# Held out on the host database, widths of 1 and 3 ranked alike and 0.3 (nearest graph alone)
+# worse (docs/learned.md).
+BANDWIDTH = 1.0
+SIGNATURE_DIM = len(OpClass) + 1
+
+
+def signature(codes: GraphCodes) -> np.ndarray:
+    """Each op class's share of the graph's FLOPs, then log10(FLOPs) / 3."""
+    total = max(float(codes.flops.sum()), 1.0)
+    shares = [float(codes.flops[codes.op_class == c].sum()) / total for c in OpClass]
+    return np.array([*shares, math.log10(total) / 3.0])
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEffects:
+    """One training graph's measured effects, as the model file keeps them."""
+
+    signature: tuple[float, ...]
+    flags: tuple[tuple[tuple[str, ...], float], ...]   # flag_key -> log(t / t_default), whole model
+    runtime: float | None                              # log(t local-sync / t local-task), or unmeasured
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signature": list(self.signature), "flags": [[list(k), e] for k, e in self.flags],
+                "runtime": self.runtime}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "GraphEffects":
+        """A malformed entry is a ValueError (``LearnedModel.from_json`` names the file)."""
+        sig = tuple(float(x) for x in data["signature"])
+        if len(sig) != SIGNATURE_DIM or not all(map(math.isfinite, sig)):
+            raise ValueError(f"neighbour signature {data['signature']!r} is not {SIGNATURE_DIM} finite numbers")
+        flags = []
+        for row in data["flags"]:
+            key, effect = row
+            if not isinstance(key, list) or not all(isinstance(f, str) for f in key) or not math.isfinite(float(effect)):
+                raise ValueError(f"neighbour flag effect {row!r} is not [[flag, ...], finite effect]")
+            flags.append((tuple(key), float(effect)))
+        runtime = data["runtime"]
+        if runtime is not None and not math.isfinite(float(runtime)):
+            raise ValueError(f"neighbour runtime effect {runtime!r} is not finite")
+        return cls(sig, tuple(flags), None if runtime is None else float(runtime))
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """The kernel-weighted effects for one graph; ``of(plan)`` is a plan's prior in log time."""
+
+    codes: GraphCodes
+    flag_effect: Mapping[tuple[str, ...], float]
+    runtime_effect: float
+
+    def of(self, plan: Plan) -> float:
+        at, total = self.codes.index(), max(float(self.codes.flops.sum()), 1.0)
+        prior = local_sync(plan) * self.runtime_effect
+        for r in plan.regions:
+            if r.flags is not None:
+                share = sum(float(self.codes.flops[at[n]]) for n in r.nodes if n in at) / total
+                prior += share * self.flag_effect.get(flag_key(r.flags), 0.0)
+        return prior
+
+
+def prior(neighbours: Iterable[GraphEffects], codes: GraphCodes, bandwidth: float = BANDWIDTH) -> Prior:
+    """Each effect averaged over the neighbours that measured it, weighted by exp(-d^2 / h^2)."""
+    me = signature(codes)
+    flag_sums: dict[tuple[str, ...], list[float]] = {}
+    runtime = [0.0, 0.0]
+    for n in neighbours:
+        w = math.exp(-float(np.sum((np.array(n.signature) - me) ** 2)) / bandwidth ** 2)
+        for k, e in n.flags:
+            s = flag_sums.setdefault(k, [0.0, 0.0])
+            s[0] += w * e
+            s[1] += w
+        if n.runtime is not None:
+            runtime[0] += w * n.runtime
+            runtime[1] += w
+    mean = {k: s[0] / s[1] for k, s in flag_sums.items() if s[1] > 0}
+    return Prior(codes, mean, runtime[0] / runtime[1] if runtime[1] > 0 else 0.0)
