@@ -1,15 +1,16 @@
 """What similar training graphs measured: a prior on a plan's flag sets and host runtime.
 
 The cost model's trees see a plan's flags as features beside the graph's, and with a dozen real
-graphs they learn little of how the two interact: held out, they picked a flag set that won on
-other graphs and ran 2-7x slower than the default on the graph at hand (docs/learned.md). The
+graphs they learn little of how the two interact: held out, they picked flag sets that won on
+other graphs and ran several times slower than the best on the graph at hand (docs/learned.md). The
 measured effects themselves carry that interaction: on each real training graph, how much each
 whole-model flag set changed the time against the default flags, log(t / t_default), and how much
 the local-sync runtime changed it against local-task with the same flags. For a new graph, each
 training graph's effects count by how alike the two graphs are (their FLOP shares per op class,
 which is what the flags act on, and their size), in a Gaussian kernel: a graph of convolutions
 learns from graphs of convolutions. A plan's prior is its regions' effects weighted by their
-share of the FLOPs, plus its runtime's; the model ranks by prediction x exp(prior).
+share of the FLOPs, plus its runtime's; the model ranks by prediction x exp(risk) x exp(prior)
+(``LearnedModel.ranking_us``).
 """
 
 from __future__ import annotations
@@ -72,16 +73,15 @@ class GraphEffects:
 class Prior:
     """The kernel-weighted effects for one graph; ``of(plan)`` is a plan's prior in log time."""
 
-    codes: GraphCodes
-    flag_effect: Mapping[tuple[str, ...], float]
-    runtime_effect: float
+    flops: Mapping[str, float]                     # node -> its share of the graph's FLOPs
+    flag_effect: Mapping[tuple[str, ...], float]   # flag_key -> weighted mean log(t / t_default)
+    runtime_effect: float                          # weighted mean log(t local-sync / t local-task)
 
     def of(self, plan: Plan) -> float:
-        at, total = self.codes.index(), max(float(self.codes.flops.sum()), 1.0)
         prior = local_sync(plan) * self.runtime_effect
         for r in plan.regions:
             if r.flags is not None:
-                share = sum(float(self.codes.flops[at[n]]) for n in r.nodes if n in at) / total
+                share = sum(self.flops.get(n, 0.0) for n in r.nodes)
                 prior += share * self.flag_effect.get(flag_key(r.flags), 0.0)
         return prior
 
@@ -101,4 +101,6 @@ def prior(neighbours: Iterable[GraphEffects], codes: GraphCodes, bandwidth: floa
             runtime[0] += w * n.runtime
             runtime[1] += w
     mean = {k: s[0] / s[1] for k, s in flag_sums.items() if s[1] > 0}
-    return Prior(codes, mean, runtime[0] / runtime[1] if runtime[1] > 0 else 0.0)
+    total = max(float(codes.flops.sum()), 1.0)
+    shares = {n: float(f) / total for n, f in zip(codes.names, codes.flops)}
+    return Prior(shares, mean, runtime[0] / runtime[1] if runtime[1] > 0 else 0.0)
