@@ -54,19 +54,24 @@ class GraphEffects:
     @classmethod
     def from_json(cls, data: Any) -> "GraphEffects":
         """A malformed entry is a ValueError (``LearnedModel.from_json`` names the file)."""
-        sig = tuple(float(x) for x in data["signature"])
-        if len(sig) != SIGNATURE_DIM or not all(map(math.isfinite, sig)):
-            raise ValueError(f"neighbour signature {data['signature']!r} is not {SIGNATURE_DIM} finite numbers")
+        sig = tuple(_finite(x, "neighbour signature") for x in data["signature"])
+        if len(sig) != SIGNATURE_DIM:
+            raise ValueError(f"neighbour signature {data['signature']!r} is not {SIGNATURE_DIM} numbers")
         flags = []
         for row in data["flags"]:
             key, effect = row
-            if not isinstance(key, list) or not all(isinstance(f, str) for f in key) or not math.isfinite(float(effect)):
-                raise ValueError(f"neighbour flag effect {row!r} is not [[flag, ...], finite effect]")
-            flags.append((tuple(key), float(effect)))
+            if not isinstance(key, list) or not all(isinstance(f, str) for f in key):
+                raise ValueError(f"neighbour flag effect {row!r} is not [[flag, ...], effect]")
+            flags.append((tuple(key), _finite(effect, "neighbour flag effect")))
         runtime = data["runtime"]
-        if runtime is not None and not math.isfinite(float(runtime)):
-            raise ValueError(f"neighbour runtime effect {runtime!r} is not finite")
-        return cls(sig, tuple(flags), None if runtime is None else float(runtime))
+        return cls(sig, tuple(flags), None if runtime is None else _finite(runtime, "neighbour runtime effect"))
+
+
+def _finite(value: Any, what: str) -> float:
+    """A JSON number that is finite (not a bool, a string or NaN/Inf), else a ValueError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} {value!r} is not a finite number")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,8 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
                 {"signature": [0.0, 0.0, 1.0, 0.0, float("nan")], "flags": [], "runtime": None},
                 {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": [[["--a"], "fast"]], "runtime": None},
                 {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": [], "runtime": float("inf")},
+                {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": [[["--a"], "0.5"]], "runtime": None},
+                {"signature": [0.0, 0.0, True, 0.0, 2.0], "flags": [], "runtime": None},
                 {"signature": [0.0, 0.0, 1.0, 0.0, 2.0], "flags": []}):
         data = json.loads(path.read_text())
         data["neighbours"] = [bad]

@@ -212,7 +212,8 @@ def test_a_set_that_lost_badly_in_training_carries_its_risk_into_the_choice(tmp_
     plans = [by_name["data-tiling"].plan, by_name["O3"].plan]
     predicted = np.array([90.0, 100.0])
     assert int(np.argmin(predicted)) == 0
-    assert int(np.argmin(model.ranking_us(plans, predicted))) == 1
+    ranked = model.ranking_us(plans, predicted)
+    assert np.all(np.isfinite(ranked)) and int(np.argmin(ranked)) == 1
     # A plan that pins no flags (the accelerator's regions, an unpinned host region) has no risk.
     unpinned = dataclasses.replace(plans[0], regions=tuple(dataclasses.replace(r, flags=None) for r in plans[0].regions))
     assert model.risk(unpinned) == 0.0 and model.ranking_us([unpinned], [90.0])[0] == 90.0
@@ -243,7 +244,9 @@ def test_what_similar_graphs_measured_steers_the_choice_and_dissimilar_ones_bare
     model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), neighbours=(effects, unlike))
     plans = [by_name["data-tiling"].plan, by_name["O3"].plan]
     predicted = np.array([110.0, 100.0])
-    assert int(np.argmin(model.ranking_us(plans, predicted))) == 1              # without the graph: as predicted
-    assert int(np.argmin(model.ranking_us(plans, predicted, lookalike.codes))) == 0
+    unweighed, weighed = model.ranking_us(plans, predicted), model.ranking_us(plans, predicted, lookalike.codes)
+    assert np.all(np.isfinite(unweighed)) and np.all(np.isfinite(weighed))    # argmin would pick a NaN
+    assert int(np.argmin(unweighed)) == 1                                      # without the graph: as predicted
+    assert int(np.argmin(weighed)) == 0
     synced = dataclasses.replace(by_name["default"].plan, host_runtime=HostRuntime("local-sync", ()))
     assert near.of(synced) == pytest.approx(np.log(4.0), abs=1e-5)           # the runtime's effect alone
