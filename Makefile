@@ -25,10 +25,12 @@ model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 
 # mypy over aot/ first ([tool.mypy] in pyproject.toml: zero errors, a few seconds), then every test,
 # on as many workers as cores (pytest-xdist; one pytest process alone kept two cores ~70% busy).
+# loadgroup: a module marked xdist_group runs on one worker, so its costly module fixture (a tuned
+# build) is made once; every other test is handed out as under plain load.
 TEST_WORKERS ?= auto
 test: setup
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not full" -n $(TEST_WORKERS) --durations=25
+	$(PY) -m pytest -m "not full" -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # Everything that does not compile with IREE, run on a device, download a model or take long:
 # under a minute, for the edit loop (tests/conftest.py keeps the marks honest).
@@ -36,15 +38,16 @@ test-fast: setup
 	$(PY) -m pytest -m "not device and not network and not slow"
 
 # The exhaustive sweeps whose seeded subsets `make test` runs, after it (2-core machine): the tests
-# marked `full` (~8 min: PP-OCR's host, lavapipe and CUDA builds, 20 kill points, 100 fuzz mutants,
-# Vulkan tuning, aot tune), fuzz 1,000 mutants (~5 min; make test runs 50), every ONNX node test case on
+# marked `full` (~10 min: PP-OCR's host, lavapipe and CUDA builds, 20 kill points, 100 fuzz mutants,
+# all 56 rewritten-family conformance cases, Vulkan tuning, aot tune), fuzz 1,000 mutants (~5 min;
+# make test runs 20), every ONNX node test case on
 # llvm-cpu and Vulkan (~25 min; make test runs 96 cases), and the 10,000-request soak (~75 s;
 # make test runs 1,000).
 test-all: test test-full fuzz conformance soak
 
 # The tests marked `full` (pyproject): the exhaustive side of what make test samples.
 test-full: setup
-	$(PY) -m pytest -m full -n $(TEST_WORKERS) --durations=10
+	$(PY) -m pytest -m full -n $(TEST_WORKERS) --dist loadgroup --durations=10
 
 # `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
 # `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.

@@ -57,13 +57,42 @@ REWRITTEN_CASES, REWRITTEN_PASS = 56, 53
 REFUSED = {"test_bitcast_float32_to_int32", "test_lstm_with_peepholes"}   # a ModelError at load
 
 
-@pytest.mark.slow   # 56 cases, ~90 s
-def test_the_rewritten_families_pass():
-    results = conformance.run("llvm-cpu", REWRITTEN_SUBSET, workers=2)
-    failing = [f"{x['name']}: {x['status']} {x['detail']}" for x in results["cases"] if x["status"] != "pass"]
-    assert results["total"] == REWRITTEN_CASES and results["counts"]["pass"] == REWRITTEN_PASS, "\n".join(failing)
-    refused = {x["name"]: x for x in results["cases"] if x["name"] in REFUSED}
-    assert all(x["status"] == "unsupported" and "no target can compile it" in x["detail"] for x in refused.values())
+def _committed_rewritten() -> dict[str, str]:
+    """Each rewritten-family case's status in the committed full llvm-cpu run."""
+    import re
+
+    full = json.loads(ROOT.joinpath("docs", "conformance-llvm-cpu.json").read_text())
+    return {x["name"]: x["status"] for x in full["cases"] if re.search(REWRITTEN_SUBSET, x["name"])}
+
+
+# `make test` runs a seeded third of the 56 (~40 s on two cores) plus, always, the refused pair
+# and the opset-23 transformer block's three ops; `make test-full` runs all 56.
+SAMPLE_SEED, SAMPLE_SIZE = 2026, 18
+ALWAYS = REFUSED | {"test_attention_4d_causal", "test_rms_normalization_2d_axis0", "test_rotary_embedding"}
+
+
+def _sampled(names: list[str]) -> list[str]:
+    import random
+
+    return sorted(set(random.Random(SAMPLE_SEED).sample(sorted(names), SAMPLE_SIZE)) | ALWAYS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every", [pytest.param(False, id="seeded-sample"),
+                                   pytest.param(True, id="all", marks=pytest.mark.full)])
+def test_the_rewritten_families_pass(every):
+    import re
+
+    committed = _committed_rewritten()
+    names = sorted(committed) if every else _sampled(list(committed))
+    results = conformance.run("llvm-cpu", "^(" + "|".join(map(re.escape, names)) + ")$", workers=2)
+    got = {x["name"]: x for x in results["cases"]}
+    assert sorted(got) == names
+    # Each case ends as the committed full run says (53 of the 56 pass there).
+    differ = [f"{n}: {got[n]['status']} (committed: {committed[n]}) {got[n]['detail']}"
+              for n in names if got[n]["status"] != committed[n]]
+    assert not differ, "\n".join(differ)
+    assert all(got[n]["status"] == "unsupported" and "no target can compile it" in got[n]["detail"] for n in REFUSED)
 
 
 def test_subset_matches_the_full_run():
