@@ -47,7 +47,7 @@ def region_dispatches(region: RegionEntry, text: bytes, cache: Path) -> tuple[Di
     path = cache / "dispatches" / f"{region.sha256}.json"
     if path.exists():
         return tuple(Dispatch(*d) for d in json.loads(path.read_text()))
-    argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags or None),
+    argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags),
             flags.COMPILE_TO_STREAM, "-o", "-"]
     proc = subprocess.run(argv, input=text, capture_output=True, timeout=TIMEOUT_S)
     if proc.returncode != 0:

@@ -74,7 +74,7 @@ def _transient_bytes(region: RegionEntry, text: bytes, cache: Path) -> int:
     if _cached(cache, region.sha256).exists():
         return int(_cached(cache, region.sha256).read_text())
     # The compile's own flags and statistics, printed to stdout instead of stderr.
-    argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags or None),
+    argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags),
             flags.COMPILE_TO_STREAM, *flags.STATS_TO_STDOUT, "-o", "/dev/null"]
     proc = subprocess.run(argv, input=text, capture_output=True, timeout=STATS_TIMEOUT_S)
     if proc.returncode != 0:

@@ -134,8 +134,7 @@ def _variant(out: Path, bundle: Path, built: Path, accel: list[RegionEntry], mod
     variant = out / "build" / f"replay-{mode}"
     shutil.rmtree(variant, ignore_errors=True)
     shutil.copytree(bundle, variant)
-    jobs = [CompileJob(r.name, mlir, r.target, opt=(*(r.flags or flags.region_defaults(r.target, mlir.read_bytes())),
-                                                     *extra), label=mode)
+    jobs = [CompileJob(r.name, mlir, r.target, opt=(*r.flags, *extra), label=mode)
             for r in accel for mlir in [built / f"{r.name}.mlir"]]
     cache = out / "build" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -166,7 +165,7 @@ def _time_region(session: CheckSession, region: RegionEntry, args: list[np.ndarr
 def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -> Counter:
     """The HAL calls in the region function's VM code (``FN$async``): what runs on every call.
     Recording shows up as ``command_buffer.dispatch``; replay as one ``device.queue.execute.indirect``."""
-    opt = (*(region.flags or flags.region_defaults(region.target, mlir.read_bytes())), *extra)
+    opt = (*region.flags, *extra)   # the manifest records the flags the module got
     argv = [iree_compile_path(), str(mlir), *flags.flags_for(region.target, mlir.read_bytes(), opt),
             flags.COMPILE_TO_VM, "-o", "-"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)

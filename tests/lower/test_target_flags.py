@@ -79,3 +79,34 @@ def test_compile_argv_is_the_tool_the_input_the_flags_and_the_output():
     assert argv == ["iree-compile", "r0.mlir", *compile_flags(target), "-o", "out/r0.vmfb"]
     assert compile_argv("t", Path("a"), Path("b"), Target.host(), keep_f64=True)[2:-2] == list(
         compile_flags(Target.host(), keep_f64=True))
+
+
+@pytest.mark.parametrize("recorded", [(), ("--iree-opt-level=O2",)])
+def test_the_dispatch_and_memory_statistics_compile_a_region_as_the_manifest_says_it_was(recorded, tmp_path,
+                                                                                          monkeypatch):
+    """A region whose default flags failed to compile was built with none (lower/compile.py), and
+    its manifest says ``()``: its dispatch sizes and transient bytes come from that module, not
+    from a compile with the defaults (which fails again, or measures another module)."""
+    import subprocess
+
+    from aot.lower import dispatches, footprint
+    from aot.runtime.manifest import RegionEntry
+
+    region = RegionEntry("r0", Target.host(), "modules/r0.vmfb", "main", ("x",), ("y",), "0" * 64, flags=recorded)
+    text = b'%0 = torch.operator "onnx.Conv"(%arg0, %w) : (...)'
+    seen = []
+
+    def compiled(argv, **kw):
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 0, b"Transient Size\n0\n", b"")
+
+    monkeypatch.setattr(subprocess, "run", compiled)
+    for module in (dispatches, footprint):    # nothing is compiled: the commands are only looked at
+        monkeypatch.setattr(module, "iree_compile_path", lambda: "iree-compile")
+    dispatches.region_dispatches(region, text, tmp_path)
+    footprint._transient_bytes(region, text, tmp_path)
+    assert len(seen) == 2
+    expected = list(compile_flags(Target.host(), opt=recorded))
+    for argv in seen:
+        assert argv[2:2 + len(expected)] == expected
+        assert default_opt_flags(Target.host(), convolution=True)[0] not in argv
