@@ -32,10 +32,11 @@ from aot.learn.key import compiler_version, device_fingerprint, key_of, region_d
 from aot.learn.model import LearnedModel, Mode, shipped_model
 from aot.lower.flags import default_opt_flags
 from aot.partition import policies
-from aot.partition.cost import CostModel, plan_cost
+from aot.partition.cost import CostModel, holds_convolution, plan_cost
 from aot.partition.partitioner import Partitioned, PartitionOptions, gate, partition, single_region_plan
 from aot.partition.plan import CostSource, Gate, GateMode, Plan
-from aot.partition.support import ACCEL, HOST, Group, Label
+from aot.partition.support import HOST, Group, Label
+from aot.runtime.target import Target
 
 if TYPE_CHECKING:
     from aot.options import BuildOptions
@@ -61,7 +62,8 @@ class Estimator:
     database: Path | None
     fingerprint: str
     roofline: CostModel
-    default_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()   # device -> its unpinned regions' flags
+    host: Target = Target.host()   # the targets whose defaults an unpinned region compiles with
+    accel: Target | None = None
 
     def cost(self, plan: Plan) -> Costed:
         measured: dict[int, float] = {}
@@ -90,12 +92,16 @@ class Estimator:
 
     def _measured_regions(self, plan: Plan, db: costdb.CostDatabase) -> tuple[dict[int, float], tuple[int, ...]]:
         """Schedule position -> the database's median for that region, and the rows behind them."""
-        defaults, compiler = dict(self.default_flags), compiler_version()
+        compiler = compiler_version()
         measured: dict[int, float] = {}
         rows: list[int] = []
         for i, name in enumerate(plan.schedule):
             r = plan.region(name)
-            flags = r.flags if r.flags is not None else defaults.get(r.device.value, ())
+            target = self.host if r.device == HOST else self.accel
+            if r.flags is not None or target is None:
+                flags = r.flags or ()
+            else:   # the defaults its compile gets: CUDA's differ for a region with a convolution
+                flags = default_opt_flags(target, holds_convolution(self.view, r.nodes))
             hit = db.region_lookup(region_digest(self.view, r.nodes, r.device.value, flags), r.device.value,
                                    self.fingerprint, compiler)
             if hit is not None:
@@ -120,10 +126,8 @@ def estimator(view: GraphView, popts: PartitionOptions, options: "BuildOptions")
     if options.cost_db is not None and not Path(options.cost_db).is_file():
         raise costdb.CostDatabaseError(f"no cost database at {str(options.cost_db)!r}",
                                        hint="give the file `aot learn collect --db` wrote, or leave --cost-db out")
-    defaults = ((HOST.value, default_opt_flags(options.host)),
-                *(((ACCEL.value, default_opt_flags(options.accel)),) if options.accel else ()))
     return Estimator(view, encode(view, popts.accel_target), model, fallback, options.cost_db, fingerprint,
-                     CostModel.load(popts.accel_target, popts.cost_params), defaults)
+                     CostModel.load(popts.accel_target, popts.cost_params), options.host, options.accel)
 
 
 def candidates(est: Estimator, popts: PartitionOptions) -> list[tuple[str, Plan]]:

@@ -24,6 +24,14 @@ DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 
 
+def holds_convolution(view: GraphView, nodes: Sequence[str]) -> bool:
+    """Some of ``nodes`` is a convolution (an ONNX one, or a torch op that computes like one): what
+    ``lower.flags.holds_convolution`` reads from a region's MLIR, read from the graph before there
+    is any (the learned model's keys and features)."""
+    inside = set(nodes)
+    return any(ONNX_EQUIVALENT.get(n.op_type, n.op_type) in CONV_OPS for n in view.nodes if n.name in inside)
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceModel:
     gflops: float            # sustained GFLOP/s on this kind of model

@@ -208,13 +208,14 @@ def _region_rows(database, planned, options, times: dict[str, float], compiler: 
     from aot.learn.db import Measurement, RegionTime
     from aot.learn.key import device_fingerprint, region_digest
     from aot.lower.flags import default_opt_flags
+    from aot.partition.cost import holds_convolution
 
-    flags = {HOST: default_opt_flags(options.host), ACCEL: default_opt_flags(options.accel)}
-    regions = tuple(RegionTime(name, planned.plan.region(name).device.value,
-                               region_digest(planned.view, planned.plan.region(name).nodes,
-                                             planned.plan.region(name).device.value,
-                                             flags[planned.plan.region(name).device]), us)
-                    for name, us in times.items())
+    def flags(r):
+        target = options.host if r.device == HOST else options.accel
+        return default_opt_flags(target, holds_convolution(planned.view, r.nodes))
+
+    regions = tuple(RegionTime(name, r.device.value, region_digest(planned.view, r.nodes, r.device.value, flags(r)), us)
+                    for name, us in times.items() for r in [planned.plan.region(name)])
     with CostDatabase(database) as db:
         return db.add(Measurement("another plan", "g", "m", "d", "{}", device_fingerprint(options),
                                   json.dumps({"iree-base-compiler": compiler}), 1.0, regions))
@@ -251,3 +252,40 @@ def test_regions_measured_in_other_plans_replace_their_predictions(synthetic_db,
     _region_rows(old, planned, options, {name: 7e6 for name in plan.schedule}, "0.0.1")
     again = cost(old)
     assert again.source is CostSource.LEARNED and not again.rows and again.us == pytest.approx(predicted.us)
+
+
+def test_an_unpinned_cuda_convolution_region_is_looked_up_under_the_flags_it_compiles_with(tmp_path):
+    """CUDA gives a region with a convolution tile-and-fuse by default: a database row for that
+    region is found under those flags, and a row under IREE's plain defaults is not."""
+    from aot.frontend.graph import GraphView, Node, Value
+    from aot.learn.db import Measurement, RegionTime
+    from aot.learn.features import encode
+    from aot.learn.key import compiler_version, region_digest
+    from aot.lower.flags import TILE_AND_FUSE
+    from aot.partition.cost import CostModel
+    from aot.runtime.target import Target
+
+    nodes = [Node("conv", "Conv", ("x",), ("c",), const_inputs=("w",)), Node("relu", "Relu", ("c",), ("y",))]
+    values = {v: Value(v, "float32", s) for v, s in (("x", (1, 3, 8, 8)), ("w", (4, 3, 3, 3)),
+                                                      ("c", (1, 4, 6, 6)), ("y", (1, 4, 6, 6)))}
+    view = GraphView.build(nodes, ["x"], ["y"], values)
+    plan = plan_from_groups(view, [Group(ACCEL, ("conv", "relu"))])
+    (region,) = plan.regions
+    database = tmp_path / "cost.sqlite"
+
+    def est():
+        return decide.Estimator(view, encode(view, "cuda"), None, "", database, "fp", CostModel.load("cuda"),
+                                Target.host(), Target.parse("cuda"))
+
+    def row(flags, us):
+        with CostDatabase(database) as db:
+            db.add(Measurement(f"k{us}", "g", "m", "d", "{}", "fp", json.dumps({"iree-base-compiler": compiler_version()}),
+                               us, (RegionTime(region.name, ACCEL.value,
+                                               region_digest(view, region.nodes, ACCEL.value, flags), us),)))
+
+    row((), 5.0)
+    with CostDatabase(database) as db:
+        assert est()._measured_regions(plan, db)[0] == {}
+    row((TILE_AND_FUSE,), 7.0)
+    with CostDatabase(database) as db:
+        assert est()._measured_regions(plan, db)[0] == {0: 7.0}
