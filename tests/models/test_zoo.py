@@ -178,6 +178,7 @@ def test_ocr_classifier_on_lavapipe_is_verified_and_matches_onnxruntime(corpus_b
     golden_model("ppocr-cls", result)
 
 
+@pytest.mark.full   # 34 s; MiniLM's split above keeps a user override on a real model in `make test`
 def test_mtcnn_onet_split_by_a_user_override_matches_onnxruntime(corpus_bundle):
     # The user keeps the classifier softmax on the host: two devices, one hop.
     result = corpus_bundle("mtcnn-onet", "vulkan", overrides=Overrides(host_ops=frozenset({"Softmax"})),
