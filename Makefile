@@ -25,12 +25,10 @@ model: setup $(if $(filter $(EXAMPLE),$(MODEL)),$(EXAMPLE))
 
 # mypy over aot/ first ([tool.mypy] in pyproject.toml: zero errors, a few seconds), then every test,
 # on as many workers as cores (pytest-xdist; one pytest process alone kept two cores ~70% busy).
-# loadgroup: a module marked xdist_group runs on one worker, so its costly module fixture (a tuned
-# build) is made once; every other test is handed out as under plain load.
 TEST_WORKERS ?= auto
 test: setup
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not full" -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(PY) -m pytest -m "not full" -n $(TEST_WORKERS) --durations=25
 
 # Everything that does not compile with IREE, run on a device, download a model or take long:
 # under a minute, for the edit loop (tests/conftest.py keeps the marks honest).
@@ -47,7 +45,7 @@ test-all: test test-full fuzz conformance soak
 
 # The tests marked `full` (pyproject): the exhaustive side of what make test samples.
 test-full: setup
-	$(PY) -m pytest -m full -n $(TEST_WORKERS) --dist loadgroup --durations=10
+	$(PY) -m pytest -m full -n $(TEST_WORKERS) --durations=10
 
 # `make bench`: every zoo model, default vs tuned vs onnxruntime (docs/bench-llvm-cpu.{json,svg});
 # `make bench MODEL=...`: one model, its bundle vs the whole model vs onnxruntime.

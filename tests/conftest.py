@@ -105,6 +105,20 @@ def pytest_configure(config):
         os.environ[calibrations.STORE_ENV] = str(config._aot_shared_cache / "calibrations")
 
 
+# The modules whose module-scoped fixtures build for a minute or more (a tuned build; torch bundles
+# for lavapipe) run first. pytest-xdist hands each worker a first batch of consecutive tests, so
+# all of such a module's tests then land on one worker and its fixtures are built once; tests
+# handed out later go one by one, and a module split over both workers built its fixture twice
+# (the tuned build: 100 s, twice). The order is the same on every worker, as xdist requires.
+# (`--dist loadgroup` would say this with marks, but does not group under pytest 9.2:
+# pytest-xdist issue 1386.)
+FIRST = ("tests/tune/test_tune_build.py::", "tests/test_torch_e2e.py::")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))   # stable: the rest keep their order
+
+
 def pytest_unconfigure(config):
     made = getattr(config, "_aot_shared_cache", None)
     if made is not None:

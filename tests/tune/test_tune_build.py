@@ -19,9 +19,7 @@ from aot.tune.search import MIN_GAIN
 from aot.workspace import SHARED_CACHE_ENV
 from conftest import golden, run_aot
 
-# One worker runs the module: under `make test`'s --dist loadgroup the tuned build (75-100 s) is
-# made once, not once per worker that drew one of its tests.
-pytestmark = [pytest.mark.device, pytest.mark.xdist_group("tune-build")]
+pytestmark = pytest.mark.device   # pyproject's testpaths put this module first: one worker builds `tuned`
 FAST = BuildOptions(accel=None, tune=True, tune_repeats=5)
 
 
