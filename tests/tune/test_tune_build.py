@@ -19,7 +19,7 @@ from aot.tune.search import MIN_GAIN
 from aot.workspace import SHARED_CACHE_ENV
 from conftest import golden, run_aot
 
-pytestmark = pytest.mark.device   # pyproject's testpaths put this module first: one worker builds `tuned`
+pytestmark = pytest.mark.device   # tests/conftest.py runs this module first: one worker builds `tuned`
 FAST = BuildOptions(accel=None, tune=True, tune_repeats=5)
 
 
