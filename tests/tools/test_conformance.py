@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import json
+import re
 
 from aot.tools import conformance, conformance_report
 from conftest import ROOT
@@ -23,15 +24,6 @@ SUBSET = (r"^test_(abs|add|add_bcast|add_uint8|castlike_FLOAT_to_DOUBLE|concat_1
           r"|softmax_example_expanded_ver18|tanh|transpose_default|unsqueeze_negative_axes|unsqueeze_unsorted_axes"
           r"|where_long_example)$")
 EXPECTED_PASS = 35  # of 35 cases: one to four of each basic family's variants; the full llvm-cpu run agrees (test below)
-
-
-@pytest.mark.slow   # 35 cases, ~35 s; `make conformance` runs all 1,884 on both targets
-def test_pinned_subset_pass_count():
-    results = conformance.run("llvm-cpu", SUBSET, workers=2)
-    c = results["counts"]
-    failing = [f"{x['name']}: {x['status']} {x['detail']}" for x in results["cases"] if x["status"] != "pass"]
-    print(f"conformance subset: {c}")
-    assert c["pass"] == EXPECTED_PASS, "\n".join(failing)
 
 
 # One or two cases of every family that function expansion (frontend/expand.py) or a legalization
@@ -57,48 +49,73 @@ REWRITTEN_CASES, REWRITTEN_PASS = 56, 53
 REFUSED = {"test_bitcast_float32_to_int32", "test_lstm_with_peepholes"}   # a ModelError at load
 
 
-def _committed_rewritten() -> dict[str, str]:
-    """Each rewritten-family case's status in the committed full llvm-cpu run."""
-    import re
-
+def _committed(pattern: str) -> dict[str, str]:
+    """Each case's status in the committed full llvm-cpu run, for the cases ``pattern`` matches."""
     full = json.loads(ROOT.joinpath("docs", "conformance-llvm-cpu.json").read_text())
-    return {x["name"]: x["status"] for x in full["cases"] if re.search(REWRITTEN_SUBSET, x["name"])}
+    return {x["name"]: x["status"] for x in full["cases"] if re.search(pattern, x["name"])}
 
 
-# `make test` runs a seeded third of the 56 (~40 s on two cores) plus, always, the refused pair
-# and the opset-23 transformer block's three ops; `make test-full` runs all 56.
-SAMPLE_SEED, SAMPLE_SIZE = 2026, 18
+# `make test` runs a seeded case of each basic op and a seeded third of the rewritten families plus,
+# always, the refused pair and the opset-23 transformer block's three ops (~40 s each on two
+# cores); `make test-full` runs every case of both lists.
+SAMPLE_SEED = 2026
 ALWAYS = REFUSED | {"test_attention_4d_causal", "test_rms_normalization_2d_axis0", "test_rotary_embedding"}
 
 
-def _sampled(names: list[str]) -> list[str]:
+def _sampled(names: list[str], size: int) -> list[str]:
     import random
 
-    return sorted(set(random.Random(SAMPLE_SEED).sample(sorted(names), SAMPLE_SIZE)) | ALWAYS)
+    return sorted(set(random.Random(SAMPLE_SEED).sample(sorted(names), size)) | (ALWAYS & set(names)))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("every", [pytest.param(False, id="seeded-sample"),
-                                   pytest.param(True, id="all", marks=pytest.mark.full)])
-def test_the_rewritten_families_pass(every):
-    import re
-
-    committed = _committed_rewritten()
-    names = sorted(committed) if every else _sampled(list(committed))
+def _run_as_committed(names: list[str], committed: dict[str, str]) -> dict[str, dict]:
+    """Run ``names`` on llvm-cpu; each must end as the committed full run says, not only pass."""
     results = conformance.run("llvm-cpu", "^(" + "|".join(map(re.escape, names)) + ")$", workers=2)
     got = {x["name"]: x for x in results["cases"]}
     assert sorted(got) == names
-    # Each case ends as the committed full run says (53 of the 56 pass there).
     differ = [f"{n}: {got[n]['status']} (committed: {committed[n]}) {got[n]['detail']}"
               for n in names if got[n]["status"] != committed[n]]
     assert not differ, "\n".join(differ)
+    return got
+
+
+EVERY = [pytest.param(False, id="seeded-sample"), pytest.param(True, id="all", marks=pytest.mark.full)]
+
+
+# The op of each basic case (longest first: gather_elements is not gather).
+BASIC_OPS = re.compile(r"^test_(abs|add|castlike|concat|conv|gather_elements|gather|gemm|matmul|reduce_sum|relu"
+                       r"|reshape|sigmoid|softmax|tanh|transpose|unsqueeze|where)_?")
+
+
+def _one_per_op(names: list[str]) -> list[str]:
+    """A seeded case of each basic op (17 of the 35)."""
+    import random
+
+    by_op: dict[str, list[str]] = {}
+    for n in sorted(names):
+        by_op.setdefault(BASIC_OPS.match(n).group(1), []).append(n)
+    rng = random.Random(SAMPLE_SEED)
+    return sorted(rng.choice(cases) for _, cases in sorted(by_op.items()))
+
+
+@pytest.mark.slow   # `make conformance` runs all 1,884 cases on both targets
+@pytest.mark.parametrize("every", EVERY)
+def test_the_basic_families_pass(every):
+    committed = _committed(SUBSET)
+    assert sum(v == "pass" for v in committed.values()) == EXPECTED_PASS
+    _run_as_committed(sorted(committed) if every else _one_per_op(list(committed)), committed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every", EVERY)
+def test_the_rewritten_families_pass(every):
+    committed = _committed(REWRITTEN_SUBSET)
+    got = _run_as_committed(sorted(committed) if every else _sampled(list(committed), 18), committed)
     assert all(got[n]["status"] == "unsupported" and "no target can compile it" in got[n]["detail"] for n in REFUSED)
 
 
 def test_subset_matches_the_full_run():
     """The pinned number is what the committed full run says for the same cases."""
-    import re
-
     full = json.loads(ROOT.joinpath("docs", "conformance-llvm-cpu.json").read_text())
     passing = [x for x in full["cases"] if re.search(SUBSET, x["name"]) and x["status"] == "pass"]
     assert len(passing) == EXPECTED_PASS
