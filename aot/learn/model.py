@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aot.learn.features import FEATURE_VERSION, NODE_DIM, PLAN_DIM, REGION_DIM, GraphCodes, PlanShape, lane_time
-from aot.learn.neighbours import GraphEffects, prior
+from aot.learn.neighbours import GraphEffects, finite, flag_rows, prior
 from aot.learn.trees import Forest, ModelFileError
 from aot.lower.flags import flag_key
 from aot.partition.plan import Plan
@@ -207,24 +207,19 @@ class LearnedModel:
 
 def _flag_risk(rows: Any) -> tuple[tuple[tuple[str, ...], float], ...]:
     """[[flags, risk], ...] as the model keeps it (a model trained before it has none)."""
-    out = []
-    for row in rows:
-        flags, risk = row
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) \
-                or not isinstance(risk, (int, float)) or isinstance(risk, bool) or not math.isfinite(risk) or risk < 0:
-            raise ValueError(f"flag_risk row {row!r} is not [[flag, ...], finite risk >= 0]")
-        out.append((tuple(flags), float(risk)))
-    return tuple(out)
+    def risk(value: Any) -> float:
+        if finite(value, "flag risk") < 0:
+            raise ValueError(f"flag risk {value!r} is negative")
+        return float(value)
+
+    return flag_rows(rows, "flag_risk row", risk)
 
 
 def _tuner_wins(rows: Any) -> tuple[tuple[tuple[str, ...], int], ...]:
-    """[[flags, count], ...] as the model keeps it; a malformed row is a ValueError (from_json
-    names the file)."""
-    out = []
-    for row in rows:
-        flags, count = row
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) \
-                or not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"tuner_wins row {row!r} is not [[flag, ...], count >= 0]")
-        out.append((tuple(flags), count))
-    return tuple(out)
+    """[[flags, count], ...] as the model keeps it."""
+    def count(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"tuner_wins count {value!r} is not a whole number >= 0")
+        return value
+
+    return flag_rows(rows, "tuner_wins row", count)

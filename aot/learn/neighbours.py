@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import numpy as np
 
@@ -54,20 +54,31 @@ class GraphEffects:
     @classmethod
     def from_json(cls, data: Any) -> "GraphEffects":
         """A malformed entry is a ValueError (``LearnedModel.from_json`` names the file)."""
-        sig = tuple(_finite(x, "neighbour signature") for x in data["signature"])
+        sig = tuple(finite(x, "neighbour signature") for x in data["signature"])
         if len(sig) != SIGNATURE_DIM:
             raise ValueError(f"neighbour signature {data['signature']!r} is not {SIGNATURE_DIM} numbers")
-        flags = []
-        for row in data["flags"]:
-            key, effect = row
-            if not isinstance(key, list) or not all(isinstance(f, str) for f in key):
-                raise ValueError(f"neighbour flag effect {row!r} is not [[flag, ...], effect]")
-            flags.append((tuple(key), _finite(effect, "neighbour flag effect")))
+        flags = flag_rows(data["flags"], "neighbour flag effect", lambda e: finite(e, "neighbour flag effect"))
         runtime = data["runtime"]
-        return cls(sig, tuple(flags), None if runtime is None else _finite(runtime, "neighbour runtime effect"))
+        return cls(sig, flags, None if runtime is None else finite(runtime, "neighbour runtime effect"))
 
 
-def _finite(value: Any, what: str) -> float:
+V = TypeVar("V")
+
+
+def flag_rows(rows: Any, what: str, value: Callable[[Any], V]) -> tuple[tuple[tuple[str, ...], V], ...]:
+    """``[[[flag, ...], value], ...]`` as a model file keeps a per-flag-set table (the tuner's wins,
+    the risks, a neighbour's effects); ``value`` checks each value. A malformed row is a
+    ValueError naming ``what`` (``LearnedModel.from_json`` names the file)."""
+    out = []
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 2 or not isinstance(row[0], list) \
+                or not all(isinstance(f, str) for f in row[0]):
+            raise ValueError(f"{what} {row!r} is not [[flag, ...], value]")
+        out.append((tuple(row[0]), value(row[1])))
+    return tuple(out)
+
+
+def finite(value: Any, what: str) -> float:
     """A JSON number that is finite (not a bool, a string or NaN/Inf), else a ValueError naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{what} {value!r} is not a finite number")
