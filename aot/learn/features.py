@@ -27,7 +27,7 @@ from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.lower.flags import DECISIONS, default_opt_flags
 from aot.runtime.target import Target
-from aot.partition.cost import CONV_OPS, node_bytes, node_flops
+from aot.partition.cost import is_convolution, node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
 
@@ -130,7 +130,7 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
 
 def op_class(node: Node, view: GraphView) -> OpClass:
     op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
-    if op in CONV_OPS:
+    if is_convolution(node):
         return OpClass.GROUPED_CONV if _grouped(node, op, view) else OpClass.CONV
     return OpClass.MATMUL if op in _MATMUL_OPS else OpClass.OTHER
 

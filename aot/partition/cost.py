@@ -24,12 +24,15 @@ DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
 
 
+def is_convolution(node: Node) -> bool:
+    """An ONNX convolution, or a torch op that computes like one."""
+    return ONNX_EQUIVALENT.get(node.op_type, node.op_type) in CONV_OPS
+
+
 def holds_convolution(view: GraphView, nodes: Sequence[str]) -> bool:
-    """Some of ``nodes`` is a convolution (an ONNX one, or a torch op that computes like one): what
-    ``lower.flags.holds_convolution`` reads from a region's MLIR, read from the graph before there
-    is any (the learned model's keys and features)."""
-    inside = set(nodes)
-    return any(ONNX_EQUIVALENT.get(n.op_type, n.op_type) in CONV_OPS for n in view.nodes if n.name in inside)
+    """Some of ``nodes`` is a convolution: what ``lower.flags.holds_convolution`` reads from a
+    region's MLIR, read from the graph (the cost database's lookups, before there is any MLIR)."""
+    return any(is_convolution(view.node(n)) for n in nodes)
 
 
 @dataclass(frozen=True, slots=True)
