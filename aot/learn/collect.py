@@ -32,7 +32,7 @@ from aot.checks.session import CheckSession
 from aot.errors import AotError, PartitionError
 from aot.learn import db as costdb
 from aot.learn.host_plans import MIXED_PER_CUT, host_plans
-from aot.learn.key import PlanKey, device_fingerprint, key_of, region_digest
+from aot.learn.key import PlanKey, as_stored, device_fingerprint, key_of, region_digest
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition.order import OrderMode
@@ -196,11 +196,12 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
             finally:
                 shutil.rmtree(out, ignore_errors=True)
             total = timing.median_us(times["plan"])
+            compiled = {r.name: r.flags for r in manifest.regions}
             db.add(costdb.Measurement(
                 key=key.key, graph=key.graph, model=str(model), plan_digest=_digest(cand.plan),
-                plan=json.dumps(cand.plan.to_json(), sort_keys=True), fingerprint=fingerprint,
+                plan=json.dumps(as_stored(cand.plan, compiled).to_json(), sort_keys=True), fingerprint=fingerprint,
                 versions=json.dumps(dict(manifest.toolchain), sort_keys=True), total_us=total,
-                regions=region_times(planned, result.plan, per_region, {r.name: r.flags for r in manifest.regions})))
+                regions=region_times(planned, result.plan, per_region, compiled)))
             measured += 1
             progress(f"collect  [{i + 1}/{len(todo)}] {cand.origin}: {len(cand.plan.regions)} region(s), "
                      f"{total:.1f} us")

@@ -19,6 +19,7 @@ import numpy as np
 
 from aot.errors import AotError
 from aot.learn import db as costdb
+from aot.learn.key import as_measured
 from aot.learn.features import GraphCodes, PlanShape, digest, encode, node_features, shape_of
 from aot.partition.plan import GateMode, Plan, validate
 from aot.frontend.graph import GraphView
@@ -109,7 +110,7 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
         plans = []
         for key, group in _by_key(measured).items():
             try:
-                plan = Plan.from_json(json.loads(group[0].plan))
+                plan = as_measured(Plan.from_json(json.loads(group[0].plan)))
                 validate(plan, view)
             except (AotError, ValueError) as e:
                 skipped.append((model, f"a stored plan no longer fits the model: {str(e)[:120]}"))

@@ -32,7 +32,7 @@ from aot.learn.key import compiler_version, device_fingerprint, key_of, region_d
 from aot.learn.model import LearnedModel, Mode, shipped_model
 from aot.lower.flags import default_opt_flags
 from aot.partition import policies
-from aot.partition.cost import CostModel, holds_convolution, plan_cost
+from aot.partition.cost import CostModel, holds, plan_cost
 from aot.partition.partitioner import Partitioned, PartitionOptions, gate, partition, single_region_plan
 from aot.partition.plan import CostSource, Gate, GateMode, Plan
 from aot.partition.support import HOST, Group, Label
@@ -101,7 +101,7 @@ class Estimator:
             if r.flags is not None or target is None:
                 flags = r.flags or ()
             else:   # the defaults its compile gets: CUDA's differ for a region with a convolution
-                flags = default_opt_flags(target, holds_convolution(self.view, r.nodes))
+                flags = default_opt_flags(target, holds(self.view, r.nodes))
             hit = db.region_lookup(region_digest(self.view, r.nodes, r.device.value, flags), r.device.value,
                                    self.fingerprint, compiler)
             if hit is not None:

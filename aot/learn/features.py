@@ -25,9 +25,9 @@ import numpy as np
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
-from aot.lower.flags import DECISIONS, default_opt_flags
+from aot.lower.flags import DECISIONS, Holds, default_opt_flags
 from aot.runtime.target import Target
-from aot.partition.cost import is_convolution, node_bytes, node_flops
+from aot.partition.cost import holds, is_convolution, node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
 
@@ -168,10 +168,12 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
     device = {r.name: r.device.value for r in plan.regions}
     edges = region_edges(plan, view)
     waits = {r: tuple(sorted(p for p, cs in edges.items() if r in cs)) for r in plan.schedule}
+    bits_of = {r.name: flag_bits(r.flags, r.device, holds(view, r.nodes)) for r in plan.regions}
     rows = []
     for name in plan.schedule:
         r = plan.region(name)
         idx = [at[n] for n in r.nodes]
+        bits = bits_of[r.name]
         b = boundary(r.nodes, view)
         in_bytes = sum(view.values[v].nbytes or 0 for v in b.inputs if v in view.values)
         out_bytes = sum(view.values[v].nbytes or 0 for v in b.outputs if v in view.values)
@@ -179,8 +181,8 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             [1.0 if r.device == ACCEL else 0.0],
             np.log1p([codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx), codes.compute[idx].sum(),
                       in_bytes, out_bytes]),
-            flag_bits(r.flags, r.device), [local_sync(plan) if r.device == HOST else 0.0],
-            _mix(codes, [(idx, flag_bits(r.flags, r.device))], local_sync(plan) if r.device == HOST else 0.0),
+            bits, [local_sync(plan) if r.device == HOST else 0.0],
+            _mix(codes, [(idx, bits)], local_sync(plan) if r.device == HOST else 0.0),
             np.log1p(codes.bins[idx].sum(axis=0))]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
@@ -196,10 +198,11 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             crossings.add((v, HOST.value))
     crossing = float(sum(view.values[v].nbytes or 0 for v, _ in crossings))
     return PlanShape(tuple(plan.schedule), device, waits, np.array(rows).reshape(len(rows), REGION_DIM),
-                     len(crossings), crossing, _plan_vector(plan, codes, at, len(crossings), crossing))
+                     len(crossings), crossing, _plan_vector(plan, codes, at, bits_of, len(crossings), crossing))
 
 
-def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], hops: int, crossing: float) -> np.ndarray:
+def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], bits_of: Mapping[str, np.ndarray],
+                 hops: int, crossing: float) -> np.ndarray:
     on = {ACCEL: [at[n] for r in plan.regions if r.device == ACCEL for n in r.nodes],
           HOST: [at[n] for r in plan.regions if r.device == HOST for n in r.nodes]}
     total = float(codes.flops.sum())
@@ -210,13 +213,12 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], hops: int
     accel_regions = sum(r.device == ACCEL for r in plan.regions)
     share = float(codes.flops[on[ACCEL]].sum()) / total if total > 0 else len(on[ACCEL]) / max(len(codes.names), 1)
     host_flops = codes.flops[on[HOST]].sum()
+    host = [([at[n] for n in r.nodes], bits_of[r.name]) for r in plan.regions if r.device == HOST]
     flag_share = np.zeros(len(FLAG_BITS))
-    for r in plan.regions:
-        if r.device == HOST:
-            # FLOP-weighted, plus one per region so a region of no FLOPs still counts a little.
-            flag_share += flag_bits(r.flags, r.device) * (codes.flops[[at[n] for n in r.nodes]].sum() + 1.0)
-    flag_share /= host_flops + sum(r.device == HOST for r in plan.regions) or 1.0
-    host = [([at[n] for n in r.nodes], flag_bits(r.flags, r.device)) for r in plan.regions if r.device == HOST]
+    for idx, bits in host:
+        # FLOP-weighted, plus one per region so a region of no FLOPs still counts a little.
+        flag_share += bits * (codes.flops[idx].sum() + 1.0)
+    flag_share /= host_flops + len(host) or 1.0
     return np.concatenate([np.log1p(per), np.log1p([len(plan.regions), accel_regions, hops, crossing]), [share],
                            flag_share, [local_sync(plan)], _mix(codes, host, local_sync(plan)),
                            np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0))])
@@ -235,11 +237,12 @@ def _mix(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], s
     return np.concatenate([share, under.ravel(), [sync * math.log1p(total)]])
 
 
-def flag_bits(flags: tuple[str, ...] | None, device: Device) -> np.ndarray:
-    """One bit per ``FLAG_BITS`` entry: the region's flags hold it (None: the host's defaults on
-    the host, none on the accelerator, where the decisions above are llvm-cpu's)."""
+def flag_bits(flags: tuple[str, ...] | None, device: Device, held: Holds) -> np.ndarray:
+    """One bit per ``FLAG_BITS`` entry: the region's flags hold it (None: on the host, the
+    defaults for what the region ``held``; none on the accelerator, where the decisions above are
+    llvm-cpu's)."""
     if flags is None:
-        flags = default_opt_flags(Target.host()) if device == HOST else ()
+        flags = default_opt_flags(Target.host(), held) if device == HOST else ()
     return np.array([float(any(f.startswith(prefix) for f in flags)) for _, prefix in FLAG_BITS])
 
 

@@ -12,6 +12,7 @@ lowering (``lower/host_lowering.py``) and networkx (whose WL hash values changed
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import warnings
@@ -20,11 +21,15 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Mapping
 
 from aot.frontend.graph import GraphView, Node
+from aot.lower.flags import LEGACY_HOST_DEFAULT, default_opt_flags
 from aot.lower.host_lowering import LOWERING_VERSION
+from aot.partition.cost import holds
+from aot.partition.support import HOST
+from aot.runtime.target import Target
 
 if TYPE_CHECKING:
     from aot.options import BuildOptions
-    from aot.partition.plan import Plan
+    from aot.partition.plan import Plan, Region
 
 KEY_VERSION = 1       # bump when the labels or the pass pipeline before planning change
 # The lowering after outlining joins the key from its second version on: every row measured so far
@@ -113,16 +118,45 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
 
 
 def key_of(view: GraphView, plan: "Plan", fingerprint: str) -> PlanKey:
-    """``plan_key`` of a whole plan: its regions, schedule, pinned flags and host runtime."""
+    """``plan_key`` of a whole plan: its regions, schedule, flags and host runtime. A host region
+    left to the defaults is keyed by the defaults it compiles with (``host_flags``): they differ
+    by what it holds, and they changed once (rows measured before keyed such a region ``[]``)."""
     regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
-    return plan_key(view, regions, plan.schedule, plan.pinned_flags,
+    flags = {**plan.pinned_flags, **{r.name: host_flags(view, r) for r in plan.regions if r.device == HOST}}
+    return plan_key(view, regions, plan.schedule, flags,
                     host_runtime=plan.host_runtime.label if plan.host_runtime else "", fingerprint=fingerprint)
 
 
+def host_flags(view: GraphView, region: "Region") -> tuple[str, ...]:
+    """The optimisation flags a host region compiles with: its pinned ones, else the llvm-cpu
+    defaults for what it holds (``lower.flags.default_opt_flags``)."""
+    if region.flags is not None:
+        return region.flags
+    return default_opt_flags(Target.host(), holds(view, region.nodes))
+
+
+def as_stored(plan: "Plan", compiled: Mapping[str, tuple[str, ...]]) -> "Plan":
+    """``plan`` as the database keeps it: each host region pinned to the flags it compiled with
+    (``compiled``: region -> the manifest's flags), so that a row never depends on defaults that
+    may change."""
+    return dataclasses.replace(plan, regions=tuple(
+        dataclasses.replace(r, flags=compiled.get(r.name, ())) if r.device == HOST and r.flags is None else r
+        for r in plan.regions))
+
+
+def as_measured(plan: "Plan") -> "Plan":
+    """A stored plan as it was compiled. A host region without flags is from a row measured
+    before ``as_stored`` (2026-11-28), when every untuned host region compiled with
+    ``LEGACY_HOST_DEFAULT``."""
+    return dataclasses.replace(plan, regions=tuple(
+        dataclasses.replace(r, flags=LEGACY_HOST_DEFAULT) if r.device == HOST and r.flags is None else r
+        for r in plan.regions))
+
+
 def _flags(pinned: Mapping[str, tuple[str, ...]], region: str) -> list[str]:
-    """An unpinned region (the target's defaults) is ``[]``, as keys have always had it; a region
-    pinned to no optimisation flags at all (the tuner's direct-conv set) compiles otherwise, so it
-    gets a marker of its own."""
+    """An unpinned region (an accelerator's defaults) is ``[]``, as keys have always had it; a
+    region pinned to no optimisation flags at all (the tuner's direct-conv set) compiles
+    otherwise, so it gets a marker of its own."""
     if region not in pinned:
         return []
     return list(pinned[region]) or ["(no optimisation flags)"]

@@ -22,9 +22,8 @@ from aot.learn.features import local_sync
 from aot.learn.model import LearnedModel, flag_key
 from aot.learn.narrow import fastest
 from aot.learn.neighbours import GraphEffects, signature
-from aot.lower.flags import default_opt_flags
+from aot.lower.flags import LEGACY_HOST_DEFAULT
 from aot.partition.support import HOST
-from aot.runtime.target import Target
 
 TOP = 3
 
@@ -49,8 +48,11 @@ def tuner_plans(g: GraphData) -> dict[tuple[str, ...], MeasuredPlan]:
 
 
 def _default_key() -> tuple[str, ...]:
-    """The untuned build's flag set, as ``flag_key`` names it."""
-    return flag_key(default_opt_flags(Target.host()))
+    """The set every flag effect and risk is measured against, as ``flag_key`` names it: the
+    untuned build's until 2026-11-28, im2col alone (``LEGACY_HOST_DEFAULT``; on a conv-free graph,
+    no flags at all). A conv-free region's default has been data tiling since; the databases and
+    the shipped models keep their reference, so their figures mean what they meant."""
+    return flag_key(LEGACY_HOST_DEFAULT)
 
 
 def tuner_wins(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], int], ...]:

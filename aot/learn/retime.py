@@ -26,7 +26,7 @@ from aot.checks import reference, timing
 from aot.errors import AotError
 from aot.learn import db as costdb
 from aot.learn.collect import CACHE, measuring
-from aot.learn.key import key_of
+from aot.learn.key import as_measured, key_of
 from aot.options import BuildOptions
 from aot.partition.plan import Plan, validate
 
@@ -93,13 +93,15 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
     fits, failed = [], []
     for key, row in first.items():
         try:
-            plan = Plan.from_json(json.loads(row.plan))
+            plan = as_measured(Plan.from_json(json.loads(row.plan)))
             validate(plan, planned.view)
         except (AotError, KeyError, ValueError) as e:
             failed.append((key, f"the stored plan no longer fits the model: {e}"))
             continue
-        if key_of(planned.view, plan, fingerprint).key != key:
-            failed.append((key, "the stored plan has another key under today's graph"))
+        # The graph part of the key: rows measured before host regions were stored pinned
+        # (``as_measured``) keyed them by other flags, and the row keeps its key in the target.
+        if key_of(planned.view, plan, fingerprint).graph != row.graph:
+            failed.append((key, "the stored plan labels today's graph differently"))
             continue
         fits.append((row, plan))
     for key, why in failed:

@@ -7,6 +7,10 @@ flags, so a changed spelling or order here recompiles every region."""
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass
+
 from aot.runtime.target import Target
 
 # Up to this many bytes of load-time constants per expression (see target_flags).
@@ -80,22 +84,53 @@ COMPILE_TO_STREAM = "--compile-to=stream"
 COMPILE_TO_VM = "--compile-to=vm"
 
 # Optimisation flags every region gets unless tuning picked others (see docs/performance.md for
-# the measurements). llvm-cpu: im2col turns convolutions into matmuls, 1.6-2.0x on the corpus'
-# CNNs (PP-OCR, MTCNN) and neutral on MiniLM. Not here, because they do not hold for every model:
-# --iree-opt-level=O2/O3 (MiniLM's int8 attention then exceeds the 32 KiB stack-allocation limit
-# and fails to compile) and --iree-opt-data-tiling (0.8-0.9x on MiniLM, 1.05x on PP-OCR for 3x
-# the compile time). The tuner tries both per region, where a failure only rejects a candidate.
+# the measurements). Not among them, because they do not hold for every model: O2/O3 (MiniLM's
+# int8 attention then exceeds the 32 KiB stack-allocation limit and fails to compile). A region
+# whose defaults fail to compile is compiled again without them (lower/compile.py).
+# llvm-cpu, a region with a convolution: im2col turns convolutions into matmuls, 1.6-2.0x on the
+# corpus' CNNs (PP-OCR, MTCNN); data tiling on top ran anywhere from 0.67 to 1.57 of its time
+# there, so the tuner tries it per region.
+# llvm-cpu, a region without one whose matrix products are large enough (Holds.pays_for_packing):
+# data tiling (packed matmul operands). Side by side under the fair harness (docs/performance.md,
+# "Data tiling on conv-free host regions") it ran MiniLM at 0.70x of im2col's time, MiniLM-L3
+# 0.75x, the openWakeWord melspectrogram 0.23x, chains of batch-1 Linear layers 0.45-0.82x, and
+# Magika and two torch transformers within noise. It costs dispatches: it packs each product's
+# activation in one of its own, about two more per product, ~2 us each here. So it loses where
+# the products are tiny: the torch recurrent layers (LSTM, GRU, RNN; 5-10 kFLOP per product) ran
+# 1.4-2.0x slower. Other conv-free regions keep im2col, a no-op without convolutions.
 # CUDA: a region that holds a convolution gets IREE's tile-and-fuse vectorisation. Measured on an
 # H200 side by side against IREE's defaults (docs/cuda.md), it ran six of eight public CNNs 8-37%
 # faster (PicoDet 12.3 -> 7.8 ms, YOLOv8n 3.6 -> 2.5, PP-OCR-det 2.5 -> 1.8, LCNet 1.5 -> 1.1),
 # gave Basic Pitch the same module and the openWakeWord embedding 8% slower; on an H100 the torch
 # ResNet 3% faster. Without convolutions it split: Magika 24% faster, the torch transformer encoder
-# 13% slower (H100), so those regions keep IREE's defaults.
-_DEFAULT_OPT = {
-    "llvm-cpu": (IM2COL,),
-    "vulkan-spirv": (),
-    "cuda": (),
-}
+# 13% slower (H100), so those regions keep IREE's defaults. Vulkan: IREE's defaults.
+# Until 2026-11-28 every llvm-cpu region got im2col alone; the learned model's databases measured
+# their flag effects against that set (learn/narrow_eval.py), and stored plans that left a host
+# region's flags to the defaults were compiled with it (learn/dataset.py).
+LEGACY_HOST_DEFAULT = (IM2COL,)
+# The mean FLOPs per matrix product from which data tiling is a conv-free region's default. The
+# products measured lost at 5-10 kFLOP each (recurrent layers), broke even at 8 kFLOP (a chain of
+# 64-wide Linear layers) and won from 130 kFLOP (256-wide: 0.82x). Two dispatches of ~2 us per
+# product are paid back where packing saves about 4 us of a product's time, which those
+# measurements put near 100 kFLOP (the 256-wide chain saved 6 us per product).
+PACKING_PAYS_FROM_FLOPS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Holds:
+    """What a region holds that its default optimisation flags depend on: read from its MLIR
+    (``holds``) when it compiles, and from the graph (``partition.cost.holds``) before there is
+    any MLIR. Products: matrix products (ONNX MatMul, Gemm and their integer forms; ATen linear,
+    mm, bmm, matmul) and their FLOPs, two per multiply-add."""
+
+    convolution: bool = False
+    products: int = 0
+    product_flops: int = 0
+
+    @property
+    def pays_for_packing(self) -> bool:
+        """Data tiling's extra dispatches are paid back (``PACKING_PAYS_FROM_FLOPS``)."""
+        return self.products > 0 and self.product_flops >= PACKING_PAYS_FROM_FLOPS * self.products
 
 
 def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -105,22 +140,48 @@ def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
 
 
-def default_opt_flags(target: Target, convolution: bool = False) -> tuple[str, ...]:
-    """The optimisation flags a region compiled for ``target`` gets when it was not tuned;
-    ``convolution``: the region holds one (``holds_convolution`` of its MLIR)."""
-    if target.backend == "cuda" and convolution:
+def default_opt_flags(target: Target, held: Holds = Holds()) -> tuple[str, ...]:
+    """The optimisation flags a region compiled for ``target`` gets when it was not tuned, by what
+    it ``held`` (see above)."""
+    if target.backend == "llvm-cpu":
+        return (DATA_TILING,) if not held.convolution and held.pays_for_packing else (IM2COL,)
+    if target.backend == "cuda" and held.convolution:
         return (TILE_AND_FUSE,)
-    return _DEFAULT_OPT[target.backend]
+    return ()
 
 
 def region_defaults(target: Target, mlir: bytes) -> tuple[str, ...]:
     """``default_opt_flags`` for a region, from its MLIR text."""
-    return default_opt_flags(target, holds_convolution(mlir))
+    return default_opt_flags(target, holds(mlir))
 
 
 def holds_convolution(mlir: bytes) -> bool:
     """The region's MLIR text has a convolution (an ONNX Conv family op or an ATen one)."""
-    return b'"onnx.Conv' in mlir or b"torch.aten.conv" in mlir
+    return b'"onnx.Conv' in mlir or b'"onnx.QLinearConv' in mlir or b"torch.aten.conv" in mlir
+
+
+# One matrix product in a region's MLIR (the torch dialect, as both front ends import it): the op,
+# then its operand types and result type, e.g. `torch.aten.linear %1, %2, %3 : !torch.vtensor<[2,16],
+# f32>, ... -> !torch.vtensor<[2,128],f32>` or `torch.operator "onnx.MatMul"(%1, %2) : (...) -> ...`.
+_PRODUCT = re.compile(r'(?:torch\.operator "onnx\.(?:MatMul|Gemm|MatMulInteger|QLinearMatMul)"'
+                      r'|torch\.aten\.(?:linear|matmul|mm|bmm) )(?P<rest>.*)$', re.M)
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\]")
+
+
+def holds(mlir: bytes) -> Holds:
+    """What a region's MLIR text holds (``Holds``). A product's FLOPs: two per element of its
+    result per element of its first operand's last dimension (its first, for a Gemm with transA);
+    a dimension that is not a number counts it as 0."""
+    text = mlir.decode(errors="replace")
+    products, flops = 0, 0
+    for m in _PRODUCT.finditer(text):
+        rest = m.group("rest")
+        types = [[int(d) if d.isdigit() else 0 for d in t.split(",")] for t in _VTENSOR.findall(rest)]
+        products += 1
+        if len(types) >= 2 and types[0] and types[-1]:
+            k = types[0][0] if "transA = 1" in rest else types[0][-1]
+            flops += 2 * k * math.prod(types[-1])
+    return Holds(holds_convolution(mlir), products, flops)
 
 
 def keeps_f64(mlir: bytes) -> bool:
@@ -129,7 +190,8 @@ def keeps_f64(mlir: bytes) -> bool:
 
 
 def compile_flags(target: Target, keep_f64: bool = False, opt: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The target's own flags, then ``opt`` (optimisation flags; None: the defaults).
+    """The target's own flags, then ``opt`` (optimisation flags; None: the defaults of a region
+    that holds nothing they depend on).
 
     `keep_f64`: the region has float64 tensors. IREE demotes f64 to f32 by default, so such a
     region would return f32 bytes where the manifest promises f64; CPUs and CUDA compute f64

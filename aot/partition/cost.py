@@ -17,6 +17,7 @@ from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.partition import order
 from aot.partition.support import ACCEL, HOST, Device, Group
+from aot.lower.flags import Holds
 from aot.runtime import lanes
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
@@ -29,10 +30,16 @@ def is_convolution(node: Node) -> bool:
     return ONNX_EQUIVALENT.get(node.op_type, node.op_type) in CONV_OPS
 
 
-def holds_convolution(view: GraphView, nodes: Sequence[str]) -> bool:
-    """Some of ``nodes`` is a convolution: what ``lower.flags.holds_convolution`` reads from a
-    region's MLIR, read from the graph (the cost database's lookups, before there is any MLIR)."""
-    return any(is_convolution(view.node(n)) for n in nodes)
+# The matrix products, in ONNX's vocabulary: what ``lower.flags.Holds`` counts.
+PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul"})
+
+
+def holds(view: GraphView, nodes: Sequence[str]) -> Holds:
+    """What ``lower.flags.holds`` reads from a region's MLIR, read from the graph (the cost
+    database's lookups and the learned features, before there is any MLIR)."""
+    inside = [view.node(n) for n in nodes]
+    products = [n for n in inside if ONNX_EQUIVALENT.get(n.op_type, n.op_type) in PRODUCT_OPS]
+    return Holds(any(is_convolution(n) for n in inside), len(products), sum(node_flops(n, view) for n in products))
 
 
 @dataclass(frozen=True, slots=True)

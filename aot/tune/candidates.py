@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from aot.frontend.source import OpFamily
 from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IGEMM, IM2COL, O2, O3,
                              QDQ_INTEGER, QUANT_REASSOC, STACK_128K, TILE_AND_FUSE, UKERNELS, VECTOR_256,
-                             VECTOR_DISTRIBUTION, default_opt_flags, threads)
+                             VECTOR_DISTRIBUTION, Holds, default_opt_flags, threads)
 from aot.runtime.manifest import cpu_flags
 from aot.runtime.target import Target
 
@@ -28,12 +28,18 @@ class FlagSet:
 def candidates(target: Target, families: frozenset[OpFamily], cores: int | None = None,
                default: tuple[str, ...] | None = None) -> tuple[FlagSet, ...]:
     """The default first (every other set is measured against it), then the target's search space.
-    ``default``: the flags the untuned region really got (None: the target's defaults; a region
-    whose defaults failed to compile got none)."""
+    ``default``: the flags the untuned region really got (None: the target's defaults for a region
+    of these ``families`` whose products are too small to pay for packing: on llvm-cpu im2col, the
+    learned collector's reference set; a region whose defaults failed to compile got none)."""
     conv, quant = OpFamily.CONVOLUTION in families, OpFamily.QUANTIZED in families
-    first = FlagSet("default", default_opt_flags(target, conv) if default is None else default)
+    first = FlagSet("default", default_opt_flags(target, Holds(convolution=conv)) if default is None else default)
     if target.backend == "llvm-cpu":
         found = _llvm_cpu(conv, quant, cores or os.cpu_count() or 1, wide=_has_512_bit_vectors(target))
+        if not conv and first.flags not in {(), (IM2COL,)}:
+            # IREE's own defaults (im2col is a no-op without convolutions): a conv-free region
+            # whose products are large gets data tiling by default (lower/flags.py), which lost on
+            # none of the models measured; the plain module stays a candidate all the same.
+            found.append(FlagSet("iree-defaults", ()))
     elif target.backend == "cuda":
         # IREE's own defaults: a convolution region's default is tile-and-fuse, which lost 8% on
         # one CNN of eight (docs/cuda.md), so the plain module stays a candidate.

@@ -64,7 +64,7 @@ def test_the_excitation_block_compiles_with_the_default_flags_on_the_cpu(tmp_pat
     """Without the rewrite IREE 3.13's im2col failed on the second excitation conv and the region
     was compiled again without any optimisation flag (lower/compile.py)."""
     from aot import api
-    from aot.lower.flags import default_opt_flags
+    from aot.lower.flags import Holds, default_opt_flags
     from aot.options import BuildOptions
 
     path = tmp_path / "se.onnx"
@@ -72,7 +72,7 @@ def test_the_excitation_block_compiles_with_the_default_flags_on_the_cpu(tmp_pat
     options = BuildOptions(accel=None)
     result = api.build(path, tmp_path / "out", options)
     manifest = json.loads((result.bundle.path / "manifest.json").read_text())
-    assert [r.get("flags") for r in manifest["regions"]] == [list(default_opt_flags(options.host))]
+    assert [r.get("flags") for r in manifest["regions"]] == [list(default_opt_flags(options.host, Holds(convolution=True)))]
     x = np.random.default_rng(1).standard_normal((1, 96, 20, 20)).astype(np.float32)
     from aot import runtime
 

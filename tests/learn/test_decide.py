@@ -208,11 +208,11 @@ def _region_rows(database, planned, options, times: dict[str, float], compiler: 
     from aot.learn.db import Measurement, RegionTime
     from aot.learn.key import device_fingerprint, region_digest
     from aot.lower.flags import default_opt_flags
-    from aot.partition.cost import holds_convolution
+    from aot.partition.cost import holds
 
     def flags(r):
         target = options.host if r.device == HOST else options.accel
-        return default_opt_flags(target, holds_convolution(planned.view, r.nodes))
+        return default_opt_flags(target, holds(planned.view, r.nodes))
 
     regions = tuple(RegionTime(name, r.device.value, region_digest(planned.view, r.nodes, r.device.value, flags(r)), us)
                     for name, us in times.items() for r in [planned.plan.region(name)])

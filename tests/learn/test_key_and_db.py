@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import sqlite3
 import time
@@ -11,6 +12,7 @@ import pytest
 from aot.frontend.graph import GraphView, Node, Value
 from aot.learn import db as costdb
 from aot.learn.key import plan_key, region_digest
+from aot.lower.flags import DATA_TILING, IM2COL, LEGACY_HOST_DEFAULT
 
 
 def _view(prefix: str = "", sub_order=("a", "b"), shape=(1, 8), op="Sub") -> GraphView:
@@ -181,3 +183,49 @@ def test_only_one_process_times_at_a_time(tmp_path):
                 pass
         finally:
             holder.join(10)
+
+
+def _conv_view() -> GraphView:
+    """x -> Conv(w) -> Relu -> y."""
+    nodes = [Node("conv", "Conv", ("x",), ("c",), const_inputs=("w",)), Node("relu", "Relu", ("c",), ("y",))]
+    values = {v: Value(v, "float32", s) for v, s in (("x", (1, 3, 8, 8)), ("w", (4, 3, 3, 3)),
+                                                      ("c", (1, 4, 6, 6)), ("y", (1, 4, 6, 6)))}
+    return GraphView.build(nodes, ["x"], ["y"], values)
+
+
+def _matmul_view() -> GraphView:
+    """x -> MatMul(w) -> y, 2 * 128 * 384 * 384 FLOPs: a product that pays for data tiling."""
+    nodes = [Node("mm", "MatMul", ("x",), ("y",), const_inputs=("w",))]
+    values = {v: Value(v, "float32", s) for v, s in (("x", (1, 128, 384)), ("w", (384, 384)), ("y", (1, 128, 384)))}
+    return GraphView.build(nodes, ["x"], ["y"], values)
+
+
+@pytest.mark.parametrize("make_view, default", [(_matmul_view, DATA_TILING), (_view, IM2COL), (_conv_view, IM2COL)])
+def test_an_untuned_host_region_is_keyed_by_the_defaults_it_compiles_with(make_view, default):
+    """A host region left to the defaults and one pinned to them compile the same module: one key.
+    Rows measured before the defaults depended on a convolution keyed it ``[]``: a miss."""
+    from aot.learn.key import key_of
+    from aot.partition.partitioner import single_region_plan
+
+    view = make_view()
+    plan = single_region_plan(view)
+    pinned = dataclasses.replace(plan, regions=(dataclasses.replace(plan.regions[0], flags=(default,)),))
+    assert key_of(view, plan, "fp").key == key_of(view, pinned, "fp").key
+    legacy = plan_key(view, {"r0": ("host", plan.regions[0].nodes)}, plan.schedule, fingerprint="fp")
+    assert key_of(view, plan, "fp").key != legacy.key
+
+
+def test_stored_plans_pin_the_flags_their_host_regions_compiled_with():
+    """``as_stored`` pins what the manifest says; a stored plan from before that (a host region
+    without flags) reads as compiled with im2col alone, as every untuned host region then was."""
+    from aot.learn.key import as_measured, as_stored
+    from aot.partition.partitioner import plan_from_groups
+    from aot.partition.support import ACCEL, HOST, Group
+
+    view = _view()
+    plan = plan_from_groups(view, [Group(ACCEL, ("relu", "exp")), Group(HOST, ("sub",))])
+    host = next(r.name for r in plan.regions if r.device == HOST)
+    stored = as_stored(plan, {host: (DATA_TILING,)})
+    assert {r.device: r.flags for r in stored.regions} == {ACCEL: None, HOST: (DATA_TILING,)}
+    assert as_measured(stored) == stored
+    assert {r.device: r.flags for r in as_measured(plan).regions} == {ACCEL: None, HOST: LEGACY_HOST_DEFAULT}

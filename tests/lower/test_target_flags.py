@@ -9,7 +9,8 @@ import pytest
 from aot.errors import AotError
 from aot.lower.compile import compile_argv
 from aot.options import BuildOptions
-from aot.lower.flags import HOIST_LIMIT, REPLAY_FLAGS, compile_flags, default_opt_flags
+from aot.lower.flags import (DATA_TILING, HOIST_LIMIT, IM2COL, PACKING_PAYS_FROM_FLOPS, REPLAY_FLAGS, Holds,
+                             compile_flags, default_opt_flags, holds, region_defaults)
 from aot.runtime.target import Target
 
 
@@ -50,6 +51,35 @@ def test_llvm_cpu_flags():
                      f"--iree-opt-const-expr-max-size-increase-threshold={HOIST_LIMIT}",
                      "--iree-global-opt-use-im2col-for-convs=true")
     assert "--iree-input-demote-f64-to-f32=false" in compile_flags(Target.host(), keep_f64=True)
+
+
+def _product(op: str, a: str, b: str, out: str, attrs: str = "") -> str:
+    t = "!torch.vtensor<[{}],f32>".format
+    if op.startswith("onnx."):
+        return f'%0 = torch.operator "{op}"(%a, %b) {attrs}: ({t(a)}, {t(b)}) -> {t(out)}\n'
+    return f"%0 = torch.{op} %a, %b : {t(a)}, {t(b)} -> {t(out)}\n"
+
+
+def test_a_conv_free_host_region_gets_data_tiling_where_its_products_pay_for_the_packing():
+    host = Target.host()
+    big = _product("onnx.MatMul", "1,128,384", "384,384", "1,128,384")        # 37.7 MFLOP
+    step = _product("aten.linear", "1,2,32", "128,32", "1,2,128")              # 16 kFLOP: a recurrent step
+    gemm_t = _product("onnx.Gemm", "512,1", "512,256", "1,256", "{torch.onnx.transA = 1 : si64} ")
+    assert holds(big.encode()) == Holds(False, 1, 2 * 128 * 384 * 384)
+    assert holds(step.encode()) == Holds(False, 1, 2 * 2 * 128 * 32)
+    assert holds(gemm_t.encode()).product_flops == 2 * 256 * 512      # K is A's first dim under transA
+    assert region_defaults(host, big.encode()) == (DATA_TILING,)
+    assert region_defaults(host, step.encode()) == (IM2COL,)            # its dispatches would cost more
+    # The mean decides: one large product pays for a few small ones, not for many.
+    assert region_defaults(host, (big + step * 3).encode()) == (DATA_TILING,)
+    assert region_defaults(host, (big + step * 1000).encode()) == (IM2COL,)
+    assert PACKING_PAYS_FROM_FLOPS * 1001 > 2 * 128 * 384 * 384 + 1000 * 16384
+    # A convolution keeps im2col, whatever its products; other backends ignore products.
+    for conv in (b'%1 = torch.operator "onnx.Conv"(%a, %w) : (...)\n', b'%1 = torch.operator "onnx.QLinearConv"(%a)\n',
+                 b"%1 = torch.aten.convolution %a, %w\n"):
+        assert region_defaults(host, conv + big.encode()) == (IM2COL,)
+    assert region_defaults(Target.parse("vulkan"), big.encode()) == ()
+    assert region_defaults(Target.parse("cuda"), big.encode()) == ()
 
 
 def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
@@ -109,4 +139,4 @@ def test_the_dispatch_and_memory_statistics_compile_a_region_as_the_manifest_say
     expected = list(compile_flags(Target.host(), opt=recorded))
     for argv in seen:
         assert argv[2:2 + len(expected)] == expected
-        assert default_opt_flags(Target.host(), convolution=True)[0] not in argv
+        assert default_opt_flags(Target.host(), Holds(convolution=True))[0] not in argv

@@ -10,7 +10,7 @@ from aot.frontend.load import ModelSource
 from aot.frontend.source import OpFamily, region_families
 from aot.frontend.torch.export import TorchSource
 from aot.runtime.target import Target
-from aot.lower.flags import IM2COL, default_opt_flags
+from aot.lower.flags import DATA_TILING, IM2COL, Holds, default_opt_flags
 from aot.tune.candidates import candidates
 
 CONV = frozenset({OpFamily.CONVOLUTION})
@@ -22,7 +22,7 @@ INT8 = frozenset({OpFamily.QUANTIZED})
 def test_the_default_comes_first_and_no_set_repeats(backend):
     target = Target.parse(backend)
     sets = candidates(target, CONV)
-    assert sets[0].name == "default" and sets[0].flags == default_opt_flags(target, convolution=True)
+    assert sets[0].name == "default" and sets[0].flags == default_opt_flags(target, Holds(convolution=True))
     assert len(sets) >= 3
     assert len({s.flags for s in sets}) == len(sets) and len({s.name for s in sets}) == len(sets)
 
@@ -35,6 +35,12 @@ def test_convolution_sets_only_for_regions_with_convolutions():
     assert not {"direct-conv", "channels-last", "channels-last+data-tiling", "data-tiled-conv"} & without
     # im2col rides along with the other sets only where there is a convolution to rewrite
     assert all(IM2COL not in s.flags for s in candidates(host, MATMUL)[1:])
+    # a conv-free region whose default is data tiling keeps IREE's own defaults as a candidate;
+    # one whose default is the plain module (im2col: a no-op there) is not offered it twice
+    sets = candidates(host, MATMUL, default=(DATA_TILING,))
+    assert sets[0].flags == (DATA_TILING,) and ("iree-defaults", ()) in {(s.name, s.flags) for s in sets}
+    assert "iree-defaults" not in {s.name for s in candidates(host, MATMUL)}
+    assert "iree-defaults" not in with_conv   # there, direct-conv is the plain module
 
 
 def test_256_bit_code_is_a_convolution_candidate_only_for_an_avx512_target(monkeypatch):

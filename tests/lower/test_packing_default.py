@@ -1,0 +1,62 @@
+"""A conv-free host region's default flags follow the size of its matrix products (data tiling
+where they pay for its packing dispatches, im2col's plain module where they do not), and the
+graph's reading of a region (the learned model's keys) agrees with its MLIR's (the compile)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aot.checks.compare import assert_close
+from aot.lower.flags import DATA_TILING, IM2COL
+from conftest import onnx_model
+
+
+def _chain(rows: int, width: int, depth: int = 3):
+    """``depth`` x (MatMul by a [width, width] weight, then Tanh) over [1, rows, width]."""
+    rng = np.random.default_rng(0)
+    weights = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
+    nodes, x = [], "x"
+    for i in range(depth):
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  helper.make_node("Tanh", [f"m{i}"], [f"t{i}"], name=f"tanh{i}")]
+        x = f"t{i}"
+    nodes[-1].output[0] = "y"
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, rows, width]) for n in ("x", "y")]
+    return onnx_model(nodes, io[:1], io[1:], [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]), weights
+
+
+@pytest.mark.device    # compiles with IREE
+@pytest.mark.parametrize("rows, width, default", [(64, 128, DATA_TILING), (1, 16, IM2COL)],
+                         ids=["2-MFLOP-products", "512-FLOP-products"])
+def test_a_built_conv_free_region_gets_the_defaults_its_products_call_for(tmp_path, rows, width, default):
+    from aot import api, runtime
+    from aot.lower import flags
+    from aot.options import BuildOptions
+    from aot.partition import cost
+
+    model, weights = _chain(rows, width)
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(model.SerializeToString())
+    options = BuildOptions(accel=None)
+    result = api.build(path, tmp_path / "out", options)
+    manifest = json.loads((result.bundle.path / "manifest.json").read_text())
+    assert [r.get("flags") for r in manifest["regions"]] == [[default]]
+
+    # What the compile read from the region's MLIR is what the graph says of the same nodes.
+    (mlir,) = (tmp_path / "out").glob("build/regions/**/r0.mlir")
+    planned = api.plan(path, options)
+    (region,) = planned.plan.regions
+    assert flags.holds(mlir.read_bytes()) == cost.holds(planned.view, region.nodes) == \
+        flags.Holds(False, 3, 3 * 2 * rows * width * width)
+
+    x = np.random.default_rng(1).standard_normal((1, rows, width)).astype(np.float32)
+    want = x
+    for w in weights:
+        want = np.tanh(want @ w)
+    with runtime.load(result.bundle.path) as session:
+        (got,) = session.run({"x": x})
+        assert_close(got, want, rtol=1e-4, atol=1e-5)
