@@ -90,13 +90,13 @@ COMPILE_TO_VM = "--compile-to=vm"
 # llvm-cpu, a region with a convolution: im2col turns convolutions into matmuls, 1.6-2.0x on the
 # corpus' CNNs (PP-OCR, MTCNN); data tiling on top ran anywhere from 0.67 to 1.57 of its time
 # there, so the tuner tries it per region.
-# llvm-cpu, a region without one whose matrix products are large enough (Holds.pays_for_packing):
-# data tiling (packed matmul operands). Side by side under the fair harness (docs/performance.md,
+# llvm-cpu, a region without one whose matrix products are large (Holds.pays_for_packing): data
+# tiling (packed matmul operands). Side by side under the fair harness (docs/performance.md,
 # "Data tiling on conv-free host regions") it ran MiniLM at 0.70x of im2col's time, MiniLM-L3
-# 0.75x, the openWakeWord melspectrogram 0.23x, chains of batch-1 Linear layers 0.45-0.82x, and
-# Magika and two torch transformers within noise. It costs dispatches: it packs each product's
-# activation in one of its own, about two more per product, ~2 us each here. So it loses where
-# the products are tiny: the torch recurrent layers (LSTM, GRU, RNN; 5-10 kFLOP per product) ran
+# 0.75x, the openWakeWord melspectrogram 0.23x, chains of Linear layers 0.45-0.9x, and Magika and
+# two torch transformers within noise. It packs each product's activation in a dispatch of its
+# own, about two more dispatches per product at ~2 us each, and where the products are tiny that
+# is the whole cost: the torch recurrent layers (LSTM, GRU, RNN; 5-10 kFLOP per product) ran
 # 1.4-2.0x slower. Other conv-free regions keep im2col, a no-op without convolutions.
 # CUDA: a region that holds a convolution gets IREE's tile-and-fuse vectorisation. Measured on an
 # H200 side by side against IREE's defaults (docs/cuda.md), it ran six of eight public CNNs 8-37%
@@ -108,11 +108,12 @@ COMPILE_TO_VM = "--compile-to=vm"
 # their flag effects against that set (learn/narrow_eval.py), and stored plans that left a host
 # region's flags to the defaults were compiled with it (learn/dataset.py).
 LEGACY_HOST_DEFAULT = (IM2COL,)
-# The mean FLOPs per matrix product from which data tiling is a conv-free region's default. The
-# products measured lost at 5-10 kFLOP each (recurrent layers), broke even at 8 kFLOP (a chain of
-# 64-wide Linear layers) and won from 130 kFLOP (256-wide: 0.82x). Two dispatches of ~2 us per
-# product are paid back where packing saves about 4 us of a product's time, which those
-# measurements put near 100 kFLOP (the 256-wide chain saved 6 us per product).
+# The mean FLOPs per matrix product from which data tiling is a conv-free region's default. Below
+# it, the products measured gained at most ~15% from data tiling (a chain of 64-wide Linear
+# layers, 8 kFLOP each: 0.83-1.12x) or lost up to 2x (the recurrent layers, 5-10 kFLOP); from
+# 130 kFLOP (a 256-wide chain: 0.79-0.87x) up, none lost beyond the noise of this machine (the
+# worst, a chain of 4x256 by 256x256 products: 0.89-1.13x one day, 0.94x the next). A mean,
+# because the flags are the region's: one large product pays for the dispatches of a few small ones.
 PACKING_PAYS_FROM_FLOPS = 100_000
 
 
@@ -121,7 +122,8 @@ class Holds:
     """What a region holds that its default optimisation flags depend on: read from its MLIR
     (``holds``) when it compiles, and from the graph (``partition.cost.holds``) before there is
     any MLIR. Products: matrix products (ONNX MatMul, Gemm and their integer forms; ATen linear,
-    mm, bmm, matmul) and their FLOPs, two per multiply-add."""
+    mm, bmm, matmul; each step of an ONNX recurrence, ``recurrence``) and their FLOPs, two per
+    multiply-add."""
 
     convolution: bool = False
     products: int = 0
@@ -131,6 +133,24 @@ class Holds:
     def pays_for_packing(self) -> bool:
         """Data tiling's extra dispatches are paid back (``PACKING_PAYS_FROM_FLOPS``)."""
         return self.products > 0 and self.product_flops >= PACKING_PAYS_FROM_FLOPS * self.products
+
+    def __add__(self, other: "Holds") -> "Holds":
+        return Holds(self.convolution or other.convolution, self.products + other.products,
+                     self.product_flops + other.product_flops)
+
+
+# The ONNX recurrences and their gates. IREE runs one of them as a loop of small products, step by
+# step (the torch front end unrolls them into the same products: ATen linear per step).
+RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def recurrence(op: str, x: tuple[int, ...], hidden: int, bidirectional: bool, batch_first: bool) -> Holds:
+    """An ONNX ``op`` (``RECURRENT_GATES``) over X ``x`` ([seq, batch, input], or [batch, seq,
+    input] with ``batch_first``): one product per step and direction, of its gates' weights with
+    the step's input and hidden state."""
+    seq, batch = (x[1], x[0]) if batch_first else (x[0], x[1])
+    steps = seq * (2 if bidirectional else 1)
+    return Holds(False, steps, steps * 2 * batch * RECURRENT_GATES[op] * hidden * (x[2] + hidden))
 
 
 def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -166,6 +186,8 @@ def holds_convolution(mlir: bytes) -> bool:
 _PRODUCT = re.compile(r'(?:torch\.operator "onnx\.(?:MatMul|Gemm|MatMulInteger|QLinearMatMul)"'
                       r'|torch\.aten\.(?:linear|matmul|mm|bmm) )(?P<rest>.*)$', re.M)
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\]")
+_RECURRENCE = re.compile(r'torch\.operator "onnx\.(?P<op>LSTM|GRU|RNN)"(?P<rest>.*)$', re.M)
+_ATTR = re.compile(r"torch\.onnx\.(\w+) = (\d+|\"\w+\")")
 
 
 def holds(mlir: bytes) -> Holds:
@@ -173,15 +195,23 @@ def holds(mlir: bytes) -> Holds:
     result per element of its first operand's last dimension (its first, for a Gemm with transA);
     a dimension that is not a number counts it as 0."""
     text = mlir.decode(errors="replace")
-    products, flops = 0, 0
+    held = Holds(holds_convolution(mlir))
     for m in _PRODUCT.finditer(text):
         rest = m.group("rest")
-        types = [[int(d) if d.isdigit() else 0 for d in t.split(",")] for t in _VTENSOR.findall(rest)]
-        products += 1
-        if len(types) >= 2 and types[0] and types[-1]:
-            k = types[0][0] if "transA = 1" in rest else types[0][-1]
-            flops += 2 * k * math.prod(types[-1])
-    return Holds(holds_convolution(mlir), products, flops)
+        types = _shapes(rest)
+        k = (types[0][0] if "transA = 1" in rest else types[0][-1]) if len(types) >= 2 and types[0] else 0
+        held += Holds(False, 1, 2 * k * math.prod(types[-1]) if k else 0)
+    for m in _RECURRENCE.finditer(text):
+        attrs = dict(_ATTR.findall(m.group("rest")))
+        x = _shapes(m.group("rest"))[0]
+        held += recurrence(m.group("op"), tuple(x), int(attrs.get("hidden_size", 0)),
+                           attrs.get("direction") == '"bidirectional"', attrs.get("layout") == "1")
+    return held
+
+
+def _shapes(signature: str) -> list[list[int]]:
+    """The shape of each tensor type in an op's signature; a dimension that is not a number: 0."""
+    return [[int(d) if d.isdigit() else 0 for d in t.split(",")] for t in _VTENSOR.findall(signature)]
 
 
 def keeps_f64(mlir: bytes) -> bool:

@@ -17,7 +17,7 @@ from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.partition import order
 from aot.partition.support import ACCEL, HOST, Device, Group
-from aot.lower.flags import Holds
+from aot.lower.flags import RECURRENT_GATES, Holds, recurrence
 from aot.runtime import lanes
 
 DEFAULT_PARAMS = Path(__file__).with_name("devices.json")
@@ -37,9 +37,16 @@ PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul"})
 def holds(view: GraphView, nodes: Sequence[str]) -> Holds:
     """What ``lower.flags.holds`` reads from a region's MLIR, read from the graph (the cost
     database's lookups and the learned features, before there is any MLIR)."""
-    inside = [view.node(n) for n in nodes]
-    products = [n for n in inside if ONNX_EQUIVALENT.get(n.op_type, n.op_type) in PRODUCT_OPS]
-    return Holds(any(is_convolution(n) for n in inside), len(products), sum(node_flops(n, view) for n in products))
+    held = Holds()
+    for n in (view.node(name) for name in nodes):
+        if is_convolution(n):
+            held += Holds(convolution=True)
+        elif ONNX_EQUIVALENT.get(n.op_type, n.op_type) in PRODUCT_OPS:
+            held += Holds(False, 1, node_flops(n, view))
+        elif n.op_type in RECURRENT_GATES and n.inputs and (x := view.values[n.inputs[0]].shape):
+            held += recurrence(n.op_type, x, cast(int, n.attr("hidden_size", 0)),
+                               n.attr("direction") == "bidirectional", n.attr("layout", 0) == 1)
+    return held
 
 
 @dataclass(frozen=True, slots=True)

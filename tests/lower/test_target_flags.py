@@ -140,3 +140,14 @@ def test_the_dispatch_and_memory_statistics_compile_a_region_as_the_manifest_say
     for argv in seen:
         assert argv[2:2 + len(expected)] == expected
         assert default_opt_flags(Target.host(), Holds(convolution=True))[0] not in argv
+
+
+def test_a_recurrence_is_a_product_per_step_and_direction():
+    from aot.lower.flags import recurrence
+
+    one = recurrence("LSTM", (10, 2, 16), 32, bidirectional=False, batch_first=False)
+    assert one == Holds(False, 10, 10 * 2 * 2 * 4 * 32 * (16 + 32))
+    assert recurrence("LSTM", (10, 2, 16), 32, bidirectional=True, batch_first=False) == one + one
+    assert recurrence("LSTM", (2, 10, 16), 32, bidirectional=False, batch_first=True) == one
+    assert recurrence("GRU", (10, 2, 16), 32, False, False).product_flops * 4 == one.product_flops * 3
+    assert not one.pays_for_packing     # 15 kFLOP a step
