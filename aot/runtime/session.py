@@ -16,7 +16,7 @@ import numpy as np
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import devices as dv
 from . import manifest as mf
-from . import lanes, memory, staging
+from . import invoke, lanes, memory, staging
 from .devices import Devices
 from .dtypes import numpy_dtype
 from .manifest import Manifest, RegionEntry, TensorSig
@@ -53,6 +53,7 @@ class Session:
         self._checked_indices = tuple(op for op in manifest.index_ops if op.status == "checked")
         self._guards = tuple(op for op in manifest.index_ops if op.status == "guarded")
         self._shared = devices
+        self._rt = rt
         self._instance = devices.instance if devices is not None else rt.VmInstance()
         self._devices: dict[str, Any] = {}
         self._contexts: dict[str, Any] = {}
@@ -96,7 +97,10 @@ class Session:
             fn = m.lookup_function(r.function)
             if fn is None:
                 raise BundleError(f"module {r.module!r} has no function {r.function!r}")
-            self._invokers[r.name] = rt.FunctionInvoker(ctx, device, fn)
+            # A CPU region through the lean call (runtime/invoke.py); an accelerator's results
+            # need DeviceArray's transfers.
+            self._invokers[r.name] = (invoke.HostCall(rt, ctx, device, fn, len(r.outputs)) if driver in mf.HOST_DRIVERS
+                                      else rt.FunctionInvoker(ctx, device, fn))
 
     def _reopen(self, driver: str) -> None:
         """Drop ``driver``'s invokers, context, modules and device (in that order), then open it anew."""
@@ -264,6 +268,8 @@ class Session:
         where, arr = value
         if where is None:
             return arr, False
+        if invoke.is_host_view(self._rt, arr):
+            return invoke.to_numpy(self._rt, arr), True
         buffers = self._staging.get(where)
         fresh = buffers.download(arr) if buffers is not None else None
         return (fresh, True) if fresh is not None else (dv.to_host(arr), False)

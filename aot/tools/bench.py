@@ -15,6 +15,7 @@ from aot.checks import reference, timing
 from aot.checks.compare import compare
 from aot.errors import AotError
 from aot.options import BuildOptions
+from aot.runtime.invoke import HostCall
 from aot.pipeline import all_on_host, build_planned, plan_model, whole_model
 
 
@@ -80,7 +81,10 @@ def _bare_call(session: runtime.Session | runtime.BucketedSession,
         raise AotError("the whole-model bundle has shape buckets; aot bench times a static one",
                        hint="build with --input-shape to fix the symbolic dimensions")
     (region,) = session.manifest.regions
-    invoker = session._invokers[region.name]
+    import iree.runtime as rt
+
+    lean = session._invokers[region.name]   # the session's own lean call (runtime/invoke.py) on a CPU
+    invoker = rt.FunctionInvoker(lean.context, lean.device, lean.function) if isinstance(lean, HostCall) else lean
     args = [inputs[s.name] for s in session.manifest.inputs]
 
     def call() -> list[np.ndarray]:

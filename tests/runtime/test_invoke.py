@@ -1,0 +1,80 @@
+"""A CPU region is called through the lean path (runtime/invoke.py): the same answers as
+iree.runtime's FunctionInvoker, bools and intermediates included, in memory the caller owns."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import onnx_model
+
+
+def _two_host_regions(tmp_path):
+    """y = (x * 2 > 1) and b, z = relu(x * 2) - 1, built as two host regions: the product is an
+    intermediate that passes from one region's call to the next."""
+    from aot import api
+    from aot.options import BuildOptions
+    from aot.partition.plan import Plan, Region
+
+    nodes = [helper.make_node("Mul", ["x", "two"], ["m"], name="mul"),
+             helper.make_node("Greater", ["m", "one"], ["g"], name="greater"),
+             helper.make_node("And", ["g", "b"], ["y"], name="and"),
+             helper.make_node("Relu", ["m"], ["r"], name="relu"),
+             helper.make_node("Sub", ["r", "one"], ["z"], name="sub")]
+    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])]
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5]),
+                               helper.make_tensor_value_info("b", TensorProto.BOOL, [3, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.BOOL, [3, 5]),
+                        helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 5])], inits)
+    path = tmp_path / "two.onnx"
+    path.write_bytes(model.SerializeToString())
+    options = BuildOptions(accel=None)
+    plan = api.plan(path, options).plan
+    (whole,) = plan.regions
+    first = tuple(n for n in whole.nodes if n == "mul")
+    split = Plan((Region("r0", whole.device, first), Region("r1", whole.device, tuple(n for n in whole.nodes if n not in first))),
+                 ("r0", "r1"))
+    (tmp_path / "plan.json").write_text(json.dumps(split.to_json()))
+    return api.build(path, tmp_path / "out", dataclasses.replace(options, plan_file=tmp_path / "plan.json")).bundle.path
+
+
+@pytest.mark.device    # compiles with IREE
+def test_cpu_regions_answer_as_function_invoker_does_in_arrays_of_their_own(tmp_path):
+    import iree.runtime as rt
+
+    from aot import runtime
+    from aot.runtime.invoke import HostCall, to_numpy
+
+    bundle = _two_host_regions(tmp_path)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    b = rng.random((3, 5)) > 0.3
+    with runtime.load(bundle) as session:
+        assert [r.name for r in session.manifest.regions] == ["r0", "r1"]
+        assert all(isinstance(session._invokers[r], HostCall) for r in ("r0", "r1"))
+        y, z = session.run({"x": x, "b": b})
+        assert y.dtype == np.bool_ and z.dtype == np.float32
+        np.testing.assert_array_equal(y, (x * 2 > 1) & b)
+        np.testing.assert_array_equal(z, np.maximum(x * 2, 0) - 1)
+
+        # Region by region, against FunctionInvoker on the same functions.
+        calls = {r: session._invokers[r] for r in ("r0", "r1")}
+        bare = {r: rt.FunctionInvoker(c.context, c.device, c.function) for r, c in calls.items()}
+        (m,) = calls["r0"](x)
+        r1_inputs = session.manifest.regions[1].inputs
+        args = {"m": m, "b": b}
+        lean = calls["r1"](*[args[v] for v in r1_inputs])
+        plain = bare["r1"](*[bare["r0"](x) if v == "m" else b for v in r1_inputs])
+        for got, want in zip(lean, plain if isinstance(plain, tuple) else (plain,)):
+            np.testing.assert_array_equal(to_numpy(rt, got), want.to_host())
+
+        # The caller owns what it got: writing into it changes nothing the next call returns.
+        y[...], z[...] = False, np.nan
+        y2, z2 = session.run({"x": x, "b": b})
+        np.testing.assert_array_equal(z2, np.maximum(x * 2, 0) - 1)
+        np.testing.assert_array_equal(y2, (x * 2 > 1) & b)
+
