@@ -28,11 +28,10 @@ from aot.errors import AotError
 from aot.frontend.graph import GraphView
 from aot.learn import db as costdb
 from aot.learn.features import GraphCodes, encode, node_features, shape_of
-from aot.learn.key import compiler_version, device_fingerprint, key_of, region_digest
+from aot.learn.key import compiled_flags, compiler_version, device_fingerprint, key_of, region_digest
 from aot.learn.model import LearnedModel, Mode, shipped_model
-from aot.lower.flags import default_opt_flags
 from aot.partition import policies
-from aot.partition.cost import CostModel, holds, plan_cost
+from aot.partition.cost import CostModel, plan_cost
 from aot.partition.partitioner import Partitioned, PartitionOptions, gate, partition, single_region_plan
 from aot.partition.plan import CostSource, Gate, GateMode, Plan
 from aot.partition.support import HOST, Group, Label
@@ -98,10 +97,7 @@ class Estimator:
         for i, name in enumerate(plan.schedule):
             r = plan.region(name)
             target = self.host if r.device == HOST else self.accel
-            if r.flags is not None or target is None:
-                flags = r.flags or ()
-            else:   # the defaults its compile gets: CUDA's differ for a region with a convolution
-                flags = default_opt_flags(target, holds(self.view, r.nodes))
+            flags = (r.flags or ()) if target is None else compiled_flags(self.view, r, target)
             hit = db.region_lookup(region_digest(self.view, r.nodes, r.device.value, flags), r.device.value,
                                    self.fingerprint, compiler)
             if hit is not None:

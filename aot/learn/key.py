@@ -119,20 +119,21 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
 
 def key_of(view: GraphView, plan: "Plan", fingerprint: str) -> PlanKey:
     """``plan_key`` of a whole plan: its regions, schedule, flags and host runtime. A host region
-    left to the defaults is keyed by the defaults it compiles with (``host_flags``): they differ
+    left to the defaults is keyed by the defaults it compiles with (``compiled_flags``): they differ
     by what it holds, and they changed once (rows measured before keyed such a region ``[]``)."""
     regions = {r.name: (r.device.value, r.nodes) for r in plan.regions}
-    flags = {**plan.pinned_flags, **{r.name: host_flags(view, r) for r in plan.regions if r.device == HOST}}
+    flags = {**plan.pinned_flags, **{r.name: compiled_flags(view, r) for r in plan.regions if r.device == HOST}}
     return plan_key(view, regions, plan.schedule, flags,
                     host_runtime=plan.host_runtime.label if plan.host_runtime else "", fingerprint=fingerprint)
 
 
-def host_flags(view: GraphView, region: "Region") -> tuple[str, ...]:
-    """The optimisation flags a host region compiles with: its pinned ones, else the llvm-cpu
-    defaults for what it holds (``lower.flags.default_opt_flags``)."""
+def compiled_flags(view: GraphView, region: "Region", target: Target = Target.host()) -> tuple[str, ...]:
+    """The optimisation flags a region compiles with for ``target`` (the host's, unless told
+    otherwise): its pinned ones, else the target's defaults for what it holds
+    (``lower.flags.default_opt_flags`` of ``partition.cost.holds``, as the compile reads them)."""
     if region.flags is not None:
         return region.flags
-    return default_opt_flags(Target.host(), holds(view, region.nodes))
+    return default_opt_flags(target, holds(view, region.nodes))
 
 
 def as_stored(plan: "Plan", compiled: Mapping[str, tuple[str, ...]]) -> "Plan":
