@@ -15,16 +15,20 @@ predicted best would lose.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from aot.frontend.graph import GraphView
 from aot.learn.dataset import Dataset, GraphData
 from aot.learn.features import PLAN_SCALARS, accel_share
+from aot.learn.key import compiled_flags
 from aot.learn.narrow_eval import TOP, NarrowScore, mean, narrowing
 from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
+from aot.lower.flags import LEGACY_HOST_DEFAULT
 from aot.partition.plan import Plan
 from aot.partition.support import ACCEL, HOST
 
@@ -137,7 +141,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
             Predictor.LEARNED_COST: predicted,
             Predictor.ROOFLINE: _fitted_roofline(train)(shapes),
             Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),
-            Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan) for p in g.plans]),
+            Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan, g.view) for p in g.plans]),
         }
         scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured), topk_regret(v, measured, 3)))
                        for k, v in predictions.items())
@@ -154,12 +158,17 @@ _ROOFLINE_TERMS = ("host_flops", "host_bytes", "accel_flops", "accel_bytes", "re
                    "crossing_bytes")   # the log1p scalars of the plan vector the roofline reads
 
 
-def _untuned_host_rank(plan: Plan) -> float:
+def _untuned_host_rank(plan: Plan, view: GraphView) -> float:
     """The no-partition build first: everything on the host in one region with the default flags
-    and runtime (what a build without --tune makes); then any other all-host plan; then the rest."""
+    and runtime (what a build without --tune makes); then any other all-host plan; then the rest.
+    Stored plans carry the flags each host region compiled with (``key.as_stored``); the defaults
+    were im2col alone for every row measured before 2026-11-28 (``key.as_measured``), and are
+    ``key.compiled_flags`` of an unpinned region since."""
     if any(r.device != HOST for r in plan.regions):
         return 2.0
-    untuned = len(plan.regions) == 1 and plan.regions[0].flags is None and plan.host_runtime is None
+    (region, *more) = plan.regions
+    defaults = {None, LEGACY_HOST_DEFAULT, compiled_flags(view, dataclasses.replace(region, flags=None))}
+    untuned = not more and region.flags in defaults and plan.host_runtime is None
     return 0.0 if untuned else 1.0
 
 

@@ -16,7 +16,7 @@ from aot.learn import collect, db as costdb, evaluate
 from aot.learn.key import key_of
 from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, encode, shape_of
 from aot.learn.host_plans import CUTS, FLAG_SETS, MIXED_PER_CUT, RUNTIMES, host_plans
-from aot.lower.flags import IM2COL, VECTOR_256
+from aot.lower.flags import IM2COL, VECTOR_256, Holds, default_opt_flags
 from aot.options import BuildOptions
 from aot.partition.partitioner import plan_from_groups, single_region_plan
 from aot.partition.plan import GateMode, Plan, validate
@@ -181,10 +181,15 @@ def test_collect_builds_and_times_the_host_decisions(tmp_path):
 def test_the_untuned_build_is_the_all_host_baselines_first_choice(tmp_path):
     planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
     plans = [single_region_plan(planned.view, HOST), *(p.plan for p in host_plans(planned, options.host, seed=0))]
-    ranks = [evaluate._untuned_host_rank(p) for p in plans]
-    assert ranks[0] == 0.0 and all(r == 1.0 for r in ranks[1:])     # pinned flags or a cut: tuned
+    ranks = [evaluate._untuned_host_rank(p, planned.view) for p in plans]
+    # The same build pinned (the default set, the default runtime: one module, key.key_of) ranks
+    # with it; other flags, another runtime or a cut are tuned.
+    same = [len(p.regions) == 1 and p.regions[0].flags == default_opt_flags(options.host, Holds(convolution=True))
+            and p.host_runtime is None for p in plans[1:]]
+    assert ranks[0] == 0.0 and any(same) and not all(same)
+    assert ranks[1:] == [0.0 if s else 1.0 for s in same]
     split = plan_from_groups(planned.view, [Group(ACCEL, ("conv0",)), Group(HOST, tuple(
         n.name for n in planned.view.nodes[1:]))])
-    assert evaluate._untuned_host_rank(split) == 2.0
+    assert evaluate._untuned_host_rank(split, planned.view) == 2.0
     # Measured times where the untuned build is 30% behind the best: that is its regret.
     assert evaluate.top1_regret(ranks[:3], [1.3, 1.0, 1.1]) == pytest.approx(0.3)
