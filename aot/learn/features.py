@@ -25,11 +25,11 @@ import numpy as np
 
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
-from aot.lower.flags import DECISIONS, Holds, default_opt_flags
-from aot.runtime.target import Target
-from aot.partition.cost import holds, is_convolution, node_bytes, node_flops
+from aot.learn.key import compiled_flags
+from aot.lower.flags import DECISIONS
+from aot.partition.cost import is_convolution, node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
-from aot.partition.support import ACCEL, HOST, Device, SupportTable, label
+from aot.partition.support import ACCEL, HOST, SupportTable, label
 
 FEATURE_VERSION = 3     # bump when any vector below changes meaning: a model of another version is refused
 BUCKETS = 64
@@ -168,7 +168,8 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
     device = {r.name: r.device.value for r in plan.regions}
     edges = region_edges(plan, view)
     waits = {r: tuple(sorted(p for p, cs in edges.items() if r in cs)) for r in plan.schedule}
-    bits_of = {r.name: flag_bits(r.flags, r.device, holds(view, r.nodes)) for r in plan.regions}
+    # A host region left to the defaults: the flags it compiles with (only then is what it holds read).
+    bits_of = {r.name: flag_bits(compiled_flags(view, r) if r.device == HOST else r.flags) for r in plan.regions}
     rows = []
     for name in plan.schedule:
         r = plan.region(name)
@@ -237,13 +238,10 @@ def _mix(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], s
     return np.concatenate([share, under.ravel(), [sync * math.log1p(total)]])
 
 
-def flag_bits(flags: tuple[str, ...] | None, device: Device, held: Holds) -> np.ndarray:
-    """One bit per ``FLAG_BITS`` entry: the region's flags hold it (None: on the host, the
-    defaults for what the region ``held``; none on the accelerator, where the decisions above are
-    llvm-cpu's)."""
-    if flags is None:
-        flags = default_opt_flags(Target.host(), held) if device == HOST else ()
-    return np.array([float(any(f.startswith(prefix) for f in flags)) for _, prefix in FLAG_BITS])
+def flag_bits(flags: tuple[str, ...] | None) -> np.ndarray:
+    """One bit per ``FLAG_BITS`` entry: the region's flags hold it (None: an accelerator region's
+    defaults, none of these llvm-cpu decisions)."""
+    return np.array([float(any(f.startswith(prefix) for f in flags or ())) for _, prefix in FLAG_BITS])
 
 
 def local_sync(plan: Plan) -> float:

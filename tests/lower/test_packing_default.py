@@ -74,6 +74,7 @@ def _build_and_read(tmp_path: Path, model: onnx.ModelProto, held: Holds, default
     want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
     with runtime.load(result.bundle.path) as session:
         (got,) = session.run({"x": x})
+    assert np.isfinite(got).all() and np.isfinite(want).all()     # NaN would match NaN
     assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 

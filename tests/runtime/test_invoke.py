@@ -58,6 +58,7 @@ def test_cpu_regions_answer_as_function_invoker_does_in_arrays_of_their_own(tmp_
         assert all(isinstance(session._invokers[r], HostCall) for r in ("r0", "r1"))
         y, z = session.run({"x": x, "b": b})
         assert y.dtype == np.bool_ and z.dtype == np.float32
+        assert np.isfinite(z).all()     # array_equal would take NaN for NaN
         np.testing.assert_array_equal(y, (x * 2 > 1) & b)
         np.testing.assert_array_equal(z, np.maximum(x * 2, 0) - 1)
 
@@ -70,6 +71,7 @@ def test_cpu_regions_answer_as_function_invoker_does_in_arrays_of_their_own(tmp_
         lean = calls["r1"](*[args[v] for v in r1_inputs])
         plain = bare["r1"](*[bare["r0"](x) if v == "m" else b for v in r1_inputs])
         for got, want in zip(lean, plain if isinstance(plain, tuple) else (plain,)):
+            assert np.isfinite(to_numpy(rt, got).astype(np.float32)).all()
             np.testing.assert_array_equal(to_numpy(rt, got), want.to_host())
 
         # The caller owns what it got: writing into it changes nothing the next call returns.
