@@ -38,7 +38,7 @@ test-fast: setup
 # The exhaustive sweeps whose seeded subsets `make test` runs, after it (2-core machine): the tests
 # marked `full` (~10 min: PP-OCR's host, lavapipe and CUDA builds, 20 kill points, 100 fuzz mutants,
 # the 91 pinned conformance cases, Vulkan tuning, aot tune), fuzz 1,000 mutants (~5 min; make test
-# runs 20), every ONNX node test case on llvm-cpu and Vulkan (~25 min; make test runs 40 of the 91
+# runs 12), every ONNX node test case on llvm-cpu and Vulkan (~25 min; make test runs 32 of the 91
 # pinned ones and the expansion checks), and the 10,000-request soak (~75 s; make test runs 1,000).
 test-all: test test-full fuzz conformance soak
 
