@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from aot.errors import AotError, CompileError, UsageError
-from aot.lower import flags, footprint
+from aot.lower import flags, footprint, packed_conv
 from aot.lower.executor import (CompileOutcome, CompileTask, Executor, LocalPool, compiler_version,
                                 iree_compile_path)
 from aot.runtime.atomic import write_atomic
@@ -126,7 +126,8 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
         # Every compile also prints IREE's static scheduling statistics (on stderr): the bundle's
         # memory record reads each module's transient bytes from them (lower/footprint.py).
         job_flags = (*flags.flags_for(job.target, text, job.opt), *flags.STATS_FLAGS)
-        key = hashlib.sha256(b"\0".join([text, str(job.target).encode(), " ".join(job_flags).encode(),
+        source = packed_conv.module_text(job.target, text, job.opt)   # what these flags compile
+        key = hashlib.sha256(b"\0".join([source, str(job.target).encode(), " ".join(job_flags).encode(),
                                          version.encode()])).hexdigest()[:32]
         out = cache / f"{key}.vmfb"
         if out.exists():
@@ -136,7 +137,7 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
             continue
         results.append(None)
         timeout = COMPILE_TIMEOUT_S if job.target.is_host else accel_timeout
-        pending.append((i, job, CompileTask(f"{job.region}{job.label and ' ' + job.label}", text, job_flags, timeout), out))
+        pending.append((i, job, CompileTask(f"{job.region}{job.label and ' ' + job.label}", source, job_flags, timeout), out))
     if pending:
         executor = executor or LocalPool()
         def done(k: int, outcome: CompileOutcome) -> None:
@@ -148,6 +149,16 @@ def compile_many(jobs: Sequence[CompileJob], cache: Path, *, accel_timeout: floa
     return results  # type: ignore[return-value]
 
 
+def _repro_source(job: CompileJob, task: CompileTask) -> Path:
+    """The file a failed compile's repro reads: the region's own, or the text its flags rewrote it
+    to (lower/packed_conv.py), written beside it."""
+    if task.mlir == job.mlir.read_bytes():
+        return job.mlir
+    path = job.mlir.with_name(f"{job.mlir.stem}.packed-conv.mlir")
+    write_atomic(path, task.mlir)
+    return path
+
+
 def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Path,
            version: str) -> CompiledRegion | CompileError:
     if outcome.compiler != version:
@@ -155,7 +166,8 @@ def _store(job: CompileJob, task: CompileTask, outcome: CompileOutcome, out: Pat
                        hint=f"install iree-base-compiler=={version} on every cluster worker")
     if outcome.vmfb is None:
         # The repro names this machine's files, not the worker's temporary ones.
-        argv = compile_argv(iree_compile_path(), job.mlir, out, job.target, flags.keeps_f64(task.mlir), job.opt_flags)
+        argv = compile_argv(iree_compile_path(), _repro_source(job, task), out, job.target, flags.keeps_f64(task.mlir),
+                            job.opt_flags)
         return CompileError(task.label, argv, outcome.returncode, outcome.log)
     # Write to a private name and rename: a reader never sees half a module, and concurrent
     # builds sharing the cache write identical bytes.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aot.errors import CompileError
-from aot.lower import flags
+from aot.lower import flags, packed_conv
 from aot.lower.executor import iree_compile_path
 from aot.runtime.atomic import write_atomic
 from aot.runtime.manifest import RegionEntry
@@ -49,7 +49,8 @@ def region_dispatches(region: RegionEntry, text: bytes, cache: Path) -> tuple[Di
         return tuple(Dispatch(*d) for d in json.loads(path.read_text()))
     argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags),
             flags.COMPILE_TO_STREAM, "-o", "-"]
-    proc = subprocess.run(argv, input=text, capture_output=True, timeout=TIMEOUT_S)
+    source = packed_conv.module_text(region.target, text, region.flags)   # what the build compiled
+    proc = subprocess.run(argv, input=source, capture_output=True, timeout=TIMEOUT_S)
     if proc.returncode != 0:
         raise CompileError(f"{region.name} (dispatch sizes)", argv, proc.returncode, proc.stderr.decode(errors="replace"))
     found = parse(proc.stdout.decode(errors="replace"))

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 from aot.errors import CompileError
-from aot.lower import flags
+from aot.lower import flags, packed_conv
 from aot.lower.executor import iree_compile_path
 from aot.runtime.atomic import write_atomic
 from aot.runtime.manifest import Manifest, RegionEntry
@@ -76,7 +76,8 @@ def _transient_bytes(region: RegionEntry, text: bytes, cache: Path) -> int:
     # The compile's own flags and statistics, printed to stdout instead of stderr.
     argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, region.flags),
             flags.COMPILE_TO_STREAM, *flags.STATS_TO_STDOUT, "-o", "/dev/null"]
-    proc = subprocess.run(argv, input=text, capture_output=True, timeout=STATS_TIMEOUT_S)
+    source = packed_conv.module_text(region.target, text, region.flags)   # what the build compiled
+    proc = subprocess.run(argv, input=source, capture_output=True, timeout=STATS_TIMEOUT_S)
     if proc.returncode != 0:
         raise CompileError(f"{region.name} (memory statistics)", argv, proc.returncode, proc.stderr.decode(errors="replace"))
     return _keep(cache, region.sha256, _aggregate(proc.stdout.decode(errors="replace")))

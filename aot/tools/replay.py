@@ -30,7 +30,7 @@ from aot.checks.compare import compare
 from aot.checks.reference import random_inputs
 from aot.checks.session import CheckSession
 from aot.errors import AotError
-from aot.lower import flags
+from aot.lower import flags, packed_conv
 from aot.lower.compile import COMPILE_TIMEOUT_S, CompileJob, compile_many
 from aot.lower.executor import iree_compile_path
 from aot.runtime import manifest as mf
@@ -166,13 +166,14 @@ def _per_call_hal_ops(mlir: Path, region: RegionEntry, extra: tuple[str, ...]) -
     """The HAL calls in the region function's VM code (``FN$async``): what runs on every call.
     Recording shows up as ``command_buffer.dispatch``; replay as one ``device.queue.execute.indirect``."""
     opt = (*region.flags, *extra)   # the manifest records the flags the module got
-    argv = [iree_compile_path(), str(mlir), *flags.flags_for(region.target, mlir.read_bytes(), opt),
-            flags.COMPILE_TO_VM, "-o", "-"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    text = mlir.read_bytes()
+    argv = [iree_compile_path(), "-", *flags.flags_for(region.target, text, opt), flags.COMPILE_TO_VM, "-o", "-"]
+    proc = subprocess.run(argv, input=packed_conv.module_text(region.target, text, opt).decode(), capture_output=True,
+                          text=True, timeout=COMPILE_TIMEOUT_S)
     if proc.returncode != 0:
         raise AotError(f"iree-compile {flags.COMPILE_TO_VM} failed for region {region.name!r}: "
                        f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}",
-                       hint=" ".join(argv))
+                       hint=f"{' '.join(argv)} < {mlir}")
     body = re.search(rf"vm\.func private @{re.escape(region.function)}\$async\(.*?\n    }}\n", proc.stdout, re.S)
     if body is None:
         raise AotError(f"no {region.function}$async function in region {region.name!r}'s VM code",

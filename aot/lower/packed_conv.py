@@ -1,0 +1,185 @@
+"""Two kinds of convolution rewritten for IREE's data-tiled convolutions, in llvm-cpu modules
+compiled with them (the tuner's ``data-tiled-conv`` set: ``flags.CONV_DATA_TILING`` and the
+``conv_nchwc`` ukernel).
+
+That set packs every convolution's channels in blocks of 16 and runs IREE's NCHWc kernel, which
+on a dense 3x3 convolution over 32-256 channels beats im2col with data tiling (the default's
+best) 1.5-3x: 1.46 ms against 4.1 for 64 -> 64 channels at 56x56, where im2col's gather, fused
+with data tiling's packing, writes 7.2 MB at 3 GB/s (docs/performance.md). Two kinds of
+convolution fall off that kernel, and a ResNet has both:
+
+- **Pointwise** (1x1, ungrouped, unpadded, batch 1, large enough to pay for packing). IREE leaves it a 4-D contraction that misses
+  the packed matmul path (24 GFLOP/s), and with a stride a reduction (a ResNet's strided
+  projections: 13-14 ms each where the whole model takes 40). Written as a strided slice and one
+  2-D ``linalg.matmul`` [Cout, Cin] x [Cin, pixels], which data tiling packs for mmt4d.
+- **A stride-2 convolution over few input channels** (a network's stem over RGB): 3 channels
+  padded to 16 do 5.3x the work. Written space-to-depth: the input padded to even sizes, each 2x2
+  block of pixels moved into the channels (4 Cin), and a stride-1 convolution with a
+  ceil(K / 2) kernel over them (its weights rearranged the same way, zeros where the kernel
+  ends; a constant expression IREE evaluates at load time).
+
+Modules compiled with other flags are left as they are: channels-last and im2col have their own
+forms for these convolutions. ``module_text`` is the one place a region's text meets its flags,
+for every compile of it (the build, the tuner, the memory and dispatch statistics, replays).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aot.lower.depthwise import ConvOperands, accumulator_init, conv_operands, expected_output, rewrite_ops, zero_pad
+from aot.lower.flags import CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
+from aot.runtime.target import Target
+
+# Bump with any change to what this module writes: the learned database keys a plan by it
+# (learn/key.py), and the compile cache by the text it gives.
+PACKED_CONV_VERSION = 1
+# The NCHWc kernel's channel block: a convolution over fewer input channels than a quarter of it
+# still fills a block after space-to-depth (4 Cin).
+STEM_MAX_CHANNELS = 4
+_CONVOLUTION_TILING = CONV_DATA_TILING[-1]
+
+
+def applies(target: Target, opt: tuple[str, ...] | None) -> bool:
+    """A module for ``target`` compiled with ``opt`` gets these rewrites."""
+    return target.backend == "llvm-cpu" and opt is not None and _CONVOLUTION_TILING in opt
+
+
+def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> bytes:
+    """The text a region compiles from with these flags: rewritten where ``applies``."""
+    if not applies(target, opt):
+        return text
+    rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body)
+    return rewritten.encode()
+
+
+def key_tag(target: Target, opt: tuple[str, ...] | None) -> tuple[str, ...]:
+    """What a learned-database key adds for a region compiled this way (nothing elsewhere, so no
+    other row's key changes)."""
+    return (f"packed-conv {PACKED_CONV_VERSION}",) if applies(target, opt) else ()
+
+
+def _vt(dims: tuple[int, ...], t: str) -> str:
+    return f"!torch.vtensor<[{','.join(map(str, dims))}],{t}>"
+
+
+def _dims(dims: tuple[int, ...], t: str) -> str:
+    return f"{'x'.join(map(str, dims))}x{t}"
+
+
+def _shape(dims: tuple[int, ...], t: str) -> str:
+    return f"tensor<{_dims(dims, t)}>"
+
+
+def pointwise(op: Any) -> ConvOperands | None:
+    """``op``'s operands when it is an ungrouped, unpadded 1x1 ``onnx.Conv`` over one image whose
+    product pays for the dispatches that pack and unpack a data-tiled matmul (the rule of
+    ``flags.PACKING_PAYS_FROM_FLOPS``; MTCNN-PNet's 1x1 heads, 46 and 92 kFLOP, stay as they are)."""
+    c = conv_operands(op)
+    if (c is None or c.group != 1 or c.w[2:] != (1, 1) or c.w[1] != c.x[1] or c.x[0] != 1 or any(c.pads)
+            or expected_output(c) != c.y):
+        return None
+    return c if 2 * c.w[0] * c.w[1] * c.y[2] * c.y[3] >= PACKING_PAYS_FROM_FLOPS else None
+
+
+def pointwise_body(op: Any) -> str | None:
+    c = pointwise(op)
+    if c is None:
+        return None
+    _, cin, h, w = c.x
+    cout = c.w[0]
+    _, _, oh, ow = c.y
+    t, sh, sw = c.dtype, *c.strides
+    pixels = oh * ow
+    sub = _shape((1, cin, oh, ow), t)
+    # every stride-th pixel (the kernel is one pixel and unpadded, so these are the ones it reads)
+    strided = (f"%xs = tensor.extract_slice %x[0, 0, 0, 0] [1, {cin}, {oh}, {ow}] [1, 1, {sh}, {sw}] : "
+               f"{_shape(c.x, t)} to {sub}") if (oh, ow) != (h, w) else ""
+    source = "%xs" if strided else "%x"
+    bias_arg = f", %bt: {_vt((cout,), t)}" if c.bias else ""
+    out2 = _shape((cout, pixels), t)
+    init = _init_2d(c.bias, cout, t, out2)
+    return f"""func.func @pointwise(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
+    %zero = arith.constant 0.0 : {t}
+    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> {_shape(c.x, t)}
+    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> {_shape(c.w, t)}
+    {strided}
+    %x2 = tensor.collapse_shape {source} [[0, 1], [2, 3]] : {sub} into {_shape((cin, pixels), t)}
+    %w2 = tensor.collapse_shape %w [[0], [1, 2, 3]] : {_shape(c.w, t)} into {_shape((cout, cin), t)}
+    %e = tensor.empty() : {out2}
+    {init}
+    %y2 = linalg.matmul ins(%w2, %x2 : {_shape((cout, cin), t)}, {_shape((cin, pixels), t)}) outs(%init : {out2}) -> {out2}
+    %y = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {ow}] : {out2} into {_shape(c.y, t)}
+    %yt = torch_c.from_builtin_tensor %y : {_shape(c.y, t)} -> {_vt(c.y, t)}
+    return %yt : {_vt(c.y, t)}
+}}"""
+
+
+def _init_2d(bias: bool, channels: int, t: str, out: str) -> str:
+    if not bias:
+        return f"%init = linalg.fill ins(%zero : {t}) outs(%e : {out}) -> {out}"
+    return f"""%b = torch_c.to_builtin_tensor %bt : {_vt((channels,), t)} -> tensor<{channels}x{t}>
+    %init = linalg.generic {{indexing_maps = [affine_map<(c, p) -> (c)>, affine_map<(c, p) -> (c, p)>], iterator_types = ["parallel", "parallel"]}} ins(%b : tensor<{channels}x{t}>) outs(%e : {out}) {{
+    ^bb0(%v: {t}, %o: {t}):
+      linalg.yield %v : {t}
+    }} -> {out}"""
+
+
+def stem(op: Any) -> ConvOperands | None:
+    """``op``'s operands when it is an ungrouped stride-2 ``onnx.Conv`` over at most
+    ``STEM_MAX_CHANNELS`` input channels with a kernel wider than its stride."""
+    c = conv_operands(op)
+    if (c is None or c.group != 1 or c.w[1] != c.x[1] or c.x[1] > STEM_MAX_CHANNELS or c.strides != (2, 2)
+            or c.dilations != (1, 1) or min(c.w[2:]) < 2 or expected_output(c) != c.y):
+        return None
+    return c
+
+
+def stem_body(op: Any) -> str | None:
+    c = stem(op)
+    if c is None:
+        return None
+    n, cin, h, w = c.x
+    cout, _, kh, kw = c.w
+    _, _, oh, ow = c.y
+    top, left, bottom, right = c.pads
+    t = c.dtype
+    hp, wp = h + top + bottom, w + left + right
+    hp, wp = hp + hp % 2, wp + wp % 2                       # even, for 2x2 blocks
+    bh, bw = (kh + 1) // 2, (kw + 1) // 2                    # the kernel over blocks
+    fh, fw = hp // 2 - bh + 1, wp // 2 - bw + 1              # its output: Ho, Wo or one more
+    x_t, padded = _dims(c.x, t), _dims((n, cin, hp, wp), t)
+    blocks = _shape((n, cin, hp // 2, 2, wp // 2, 2), t)
+    moved = _shape((n, 2, 2, cin, hp // 2, wp // 2), t)
+    x_s2d = _shape((n, 4 * cin, hp // 2, wp // 2), t)
+    w_t, w_padded = _dims(c.w, t), _dims((cout, cin, 2 * bh, 2 * bw), t)
+    w_blocks, w_moved = _shape((cout, cin, bh, 2, bw, 2), t), _shape((cout, 2, 2, cin, bh, bw), t)
+    w_s2d = _shape((cout, 4 * cin, bh, bw), t)
+    full = f"{n}x{cout}x{fh}x{fw}x{t}"
+    bias_arg = f", %bt: {_vt((cout,), t)}" if c.bias else ""
+    init = accumulator_init(c.bias, cout, t, full, "(n, c, h, w) -> (c)")
+    # an even kernel over an odd padded size gives one row or column more: cropped
+    crop = (f"%y = tensor.extract_slice %yf[0, 0, 0, 0] [{n}, {cout}, {oh}, {ow}] [1, 1, 1, 1] : "
+            f"tensor<{full}> to {_shape(c.y, t)}") if (fh, fw) != (oh, ow) else ""
+    result = "%y" if crop else "%yf"
+    return f"""func.func @stem(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
+    %zero = arith.constant 0.0 : {t}
+    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> tensor<{x_t}>
+    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> tensor<{w_t}>
+    {zero_pad('xp', 'x', (0, 0, top, left), (0, 0, hp - h - top, wp - w - left), x_t, padded, t)}
+    %x6 = tensor.expand_shape %xp [[0], [1], [2, 3], [4, 5]] output_shape [{n}, {cin}, {hp // 2}, 2, {wp // 2}, 2] : tensor<{padded}> into {blocks}
+    %xe = tensor.empty() : {moved}
+    %xm = linalg.transpose ins(%x6 : {blocks}) outs(%xe : {moved}) permutation = [0, 3, 5, 1, 2, 4]
+    %xs = tensor.collapse_shape %xm [[0], [1, 2, 3], [4], [5]] : {moved} into {x_s2d}
+    {zero_pad('wp', 'w', (0, 0, 0, 0), (0, 0, 2 * bh - kh, 2 * bw - kw), w_t, w_padded, t)}
+    %w6 = tensor.expand_shape %wp [[0], [1], [2, 3], [4, 5]] output_shape [{cout}, {cin}, {bh}, 2, {bw}, 2] : tensor<{w_padded}> into {w_blocks}
+    %we = tensor.empty() : {w_moved}
+    %wm = linalg.transpose ins(%w6 : {w_blocks}) outs(%we : {w_moved}) permutation = [0, 3, 5, 1, 2, 4]
+    %ws = tensor.collapse_shape %wm [[0], [1, 2, 3], [4], [5]] : {w_moved} into {w_s2d}
+    %e = tensor.empty() : tensor<{full}>
+    {init}
+    %yf = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}} ins(%xs, %ws : {x_s2d}, {w_s2d}) outs(%init : tensor<{full}>) -> tensor<{full}>
+    {crop}
+    %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, t)} -> {_vt(c.y, t)}
+    return %yt : {_vt(c.y, t)}
+}}"""

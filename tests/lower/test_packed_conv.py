@@ -1,0 +1,117 @@
+"""Pointwise convolutions and few-channel stride-2 stems are rewritten for IREE's data-tiled
+convolutions (``lower/packed_conv.py``), only in modules compiled with them: which convolutions
+match, that other flags leave the text alone, and that a host build pinned to the data-tiled-conv
+set gives onnxruntime's values with both rewrites in its module."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aot.checks.compare import assert_close
+from aot.lower import depthwise, packed_conv
+from aot.lower.flags import CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IM2COL, O2
+from aot.lower.importer import import_onnx
+from aot.runtime.target import Target
+from conftest import onnx_model
+
+DATA_TILED_CONV = (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)   # the tuner's data-tiled-conv set
+
+
+def _single(w_shape: tuple[int, ...], x_shape: tuple[int, ...], **attrs) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones(w_shape, np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=list(w_shape[2:]), **attrs)
+    model = onnx_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _counts(model: onnx.ModelProto, tmp_path) -> tuple[int, int]:
+    mlir = import_onnx(model, "m", tmp_path, tmp_path / "w.irpa").mlir
+    return depthwise.rewrite_ops(mlir, packed_conv.pointwise_body, packed_conv.stem_body)[1]
+
+
+@pytest.mark.parametrize(("model", "counts"), [
+    (_single((64, 32, 1, 1), (1, 32, 14, 14)), (1, 0)),
+    (_single((64, 32, 1, 1), (1, 32, 15, 15), strides=[2, 2]), (1, 0)),     # a strided projection
+    (_single((64, 32, 1, 1), (2, 32, 14, 14)), (0, 0)),                     # two images: not one matmul
+    (_single((2, 32, 1, 1), (1, 32, 19, 19)), (0, 0)),                      # 46 kFLOP: packing would not pay
+    (_single((64, 32, 1, 1), (1, 32, 14, 14), pads=[1, 1, 1, 1]), (0, 0)),  # padded
+    (_single((64, 16, 1, 1), (1, 32, 14, 14), group=2), (0, 0)),            # grouped
+    (_single((64, 3, 7, 7), (1, 3, 224, 224), strides=[2, 2], pads=[3, 3, 3, 3]), (0, 1)),   # a ResNet stem
+    (_single((16, 3, 3, 3), (1, 3, 63, 64), strides=[2, 2], pads=[1, 0, 1, 1]), (0, 1)),     # odd sizes
+    (_single((64, 3, 3, 3), (1, 3, 32, 32), pads=[1, 1, 1, 1]), (0, 0)),    # stride 1: no blocks to move
+    (_single((64, 16, 3, 3), (1, 16, 32, 32), strides=[2, 2]), (0, 0)),     # channels fill the kernel's blocks
+    (_single((64, 32, 3, 3), (1, 32, 14, 14)), (0, 0)),                     # what the kernel is good at
+], ids=["pointwise", "strided-pointwise", "batch-2", "too-small", "padded", "grouped", "stem", "odd-stem", "stride-1",
+        "16-channels", "3x3"])
+def test_only_pointwise_convolutions_and_few_channel_stems_are_rewritten(model, counts, tmp_path):
+    assert _counts(model, tmp_path) == counts
+
+
+def test_only_a_cpu_module_compiled_with_data_tiled_convolutions_is_rewritten(tmp_path):
+    text = import_onnx(_single((64, 32, 1, 1), (1, 32, 14, 14)), "m", tmp_path, tmp_path / "w.irpa").mlir.encode()
+    host = Target.host()
+    rewritten = packed_conv.module_text(host, text, DATA_TILED_CONV)
+    assert b'"onnx.Conv"' in text and b'"onnx.Conv"' not in rewritten and b"linalg.matmul" in rewritten
+    for opt in ((IM2COL,), (DATA_TILING, IM2COL), None, ()):
+        assert packed_conv.module_text(host, text, opt) is text and packed_conv.key_tag(host, opt) == ()
+    vulkan = Target.parse("vulkan")
+    assert packed_conv.module_text(vulkan, text, DATA_TILED_CONV) is text and packed_conv.key_tag(vulkan, DATA_TILED_CONV) == ()
+    assert packed_conv.key_tag(host, DATA_TILED_CONV) == (f"packed-conv {packed_conv.PACKED_CONV_VERSION}",)
+
+
+def _resnet_corner() -> onnx.ModelProto:
+    """A stem (7x7, stride 2, RGB, with bias), a strided and a plain pointwise convolution and a
+    3x3 one, each with a Relu, over an odd-sized image."""
+    rng = np.random.default_rng(0)
+    layers = [("stem", (32, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+              ("project", (64, 32, 1, 1), dict(strides=[2, 2])),
+              ("reduce", (16, 64, 1, 1), {}),
+              ("spatial", (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]))]
+    nodes, inits, x = [], [], "x"
+    for name, shape, attrs in layers:
+        w = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"{name}.w"),
+                  numpy_helper.from_array(rng.standard_normal(shape[0]).astype(np.float32), f"{name}.b")]
+        nodes += [helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [f"{name}.c"], name=name,
+                                   kernel_shape=list(shape[2:]), **attrs),
+                  helper.make_node("Relu", [f"{name}.c"], [name], name=f"{name}.relu")]
+        x = name
+    nodes[-1].output[0] = "y"
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 45, 38])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.device
+def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp_path):
+    from aot import api, runtime
+    from aot.checks import reference
+    from aot.options import BuildOptions
+
+    path = tmp_path / "corner.onnx"
+    onnx.save(_resnet_corner(), path)
+    first = api.build(path, tmp_path / "default", BuildOptions(accel=None))
+    plan = json.loads((first.bundle.path / "plan.json").read_text())
+    (region,) = plan["regions"]
+    region["flags"] = list(DATA_TILED_CONV)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    built = api.build(path, tmp_path / "tiled", BuildOptions(accel=None, plan_file=tmp_path / "plan.json"))
+    (entry,) = built.bundle.manifest.regions
+    assert tuple(entry.flags) == DATA_TILED_CONV
+    # the module holds the rewrites: one convolution is left of the four, and it is the 3x3
+    text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_bytes()
+    compiled = packed_conv.module_text(Target.host(), text, DATA_TILED_CONV).decode()
+    assert compiled.count('"onnx.Conv"') == 1 and compiled.count("linalg.matmul") == 2
+    assert compiled.count("linalg.conv_2d_nchw_fchw") == 1
+    x = np.random.default_rng(1).standard_normal((1, 3, 45, 38)).astype(np.float32)
+    want = reference.session(path).run(None, {"x": x})[0]
+    with runtime.load(built.bundle.path) as session:
+        got = session.run({"x": x})[0]
+    assert got.shape == want.shape and np.isfinite(got).all() and np.abs(got).max() > 0.1
+    assert_close(got, want, rtol=1e-4, atol=1e-4)
