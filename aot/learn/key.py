@@ -21,6 +21,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Mapping
 
 from aot.frontend.graph import GraphView, Node
+from aot.lower import packed_conv
 from aot.lower.flags import LEGACY_HOST_DEFAULT, default_opt_flags
 from aot.lower.host_lowering import LOWERING_VERSION
 from aot.partition.cost import holds
@@ -110,7 +111,8 @@ def plan_key(view: GraphView, regions: Mapping[str, tuple[str, tuple[str, ...]]]
     slot_of = {n: slot[name] for name, (_, nodes) in regions.items() for n in nodes}
     graph = graph_hash(view, device_of, slot_of)
     context = hashlib.sha256(json.dumps({
-        "flags": [_flags(flags or {}, name) for name in schedule], "host_runtime": host_runtime,
+        "flags": [_flags(flags or {}, name) + _lowered(regions[name][0], (flags or {}).get(name)) for name in schedule],
+        "host_runtime": host_runtime,
         "fingerprint": fingerprint, "key_version": KEY_VERSION, "networkx": nx.__version__,
         "compiler": compiler_version(), "aot": _aot_version(), **_LOWERING,
     }, sort_keys=True).encode()).hexdigest()[:32]
@@ -163,6 +165,12 @@ def _flags(pinned: Mapping[str, tuple[str, ...]], region: str) -> list[str]:
     return list(pinned[region]) or ["(no optimisation flags)"]
 
 
+def _lowered(device: str, flags: tuple[str, ...] | None) -> list[str]:
+    """What a host region's flags change in the module it compiles from (lower/packed_conv.py):
+    nothing for almost every set, so no other key changes."""
+    return list(packed_conv.key_tag(Target.host(), flags)) if device == HOST.value else []
+
+
 def region_digest(view: GraphView, nodes: tuple[str, ...], device: str, flags: tuple[str, ...] = ()) -> str:
     """A region's identity wherever it appears: the WL hash of the subgraph its nodes induce
     (exact labels, inputs and outputs cut where the region's edges leave it), its device and its
@@ -177,7 +185,8 @@ def region_digest(view: GraphView, nodes: tuple[str, ...], device: str, flags: t
                if v in view.outputs or any(c not in inside for c in view.consumers(v))]
     sub = GraphView.build(members, inputs, outputs, view.values, view.constants)
     graph = graph_hash(sub, {n: device for n in inside}, {n: 0 for n in inside})
-    return hashlib.sha256(json.dumps([graph, device, list(flags), KEY_VERSION, *_LOWERING.values()]).encode()
+    keyed = [*flags, *_lowered(device, flags)]
+    return hashlib.sha256(json.dumps([graph, device, keyed, KEY_VERSION, *_LOWERING.values()]).encode()
                           ).hexdigest()[:32]
 
 

@@ -229,3 +229,23 @@ def test_stored_plans_pin_the_flags_their_host_regions_compiled_with():
     assert {r.device: r.flags for r in stored.regions} == {ACCEL: None, HOST: (DATA_TILING,)}
     assert as_measured(stored) == stored
     assert {r.device: r.flags for r in as_measured(plan).regions} == {ACCEL: None, HOST: LEGACY_HOST_DEFAULT}
+
+
+def test_a_new_packed_conv_lowering_changes_only_the_keys_of_host_regions_compiled_with_it(monkeypatch):
+    """lower/packed_conv.py rewrites what a data-tiled-conv region compiles from: a change to it must
+    miss the rows measured before it, and leave every other row's key as it was."""
+    from aot.lower import packed_conv
+    from aot.lower.flags import CONV_DATA_TILING, CONV_UKERNELS, O2
+
+    view = _view()
+    tiled_conv = (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)
+
+    def keys():
+        return (_key(view, flags={"r1": tiled_conv}).key, _key(view, flags={"r1": (DATA_TILING, IM2COL)}).key,
+                _key(view, sub_device="accel", flags={"r1": tiled_conv}).key,
+                region_digest(view, ("sub",), "host", tiled_conv), region_digest(view, ("sub",), "host", (DATA_TILING,)))
+
+    before = keys()
+    monkeypatch.setattr(packed_conv, "PACKED_CONV_VERSION", packed_conv.PACKED_CONV_VERSION + 1)
+    after = keys()
+    assert [b == a for b, a in zip(before, after)] == [False, True, True, False, True]
