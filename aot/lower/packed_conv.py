@@ -37,7 +37,7 @@ PACKED_CONV_VERSION = 1
 # The NCHWc kernel's channel block: a convolution over fewer input channels than a quarter of it
 # still fills a block after space-to-depth (4 Cin).
 STEM_MAX_CHANNELS = 4
-_CONVOLUTION_TILING = CONV_DATA_TILING[-1]
+_CONVOLUTION_TILING = next(f for f in CONV_DATA_TILING if f.endswith("=convolution"))
 
 
 def applies(target: Target, opt: tuple[str, ...] | None) -> bool:
