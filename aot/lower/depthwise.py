@@ -92,14 +92,19 @@ class ConvOperands:
     bias: bool
 
 
-def conv_operands(op: Any) -> ConvOperands | None:
+def conv_operands(op: Any, valid: bool = False) -> ConvOperands | None:
     """``op``'s operands when it is an ``onnx.Conv`` over static 4-D float tensors with explicit
-    padding and a bias of one value per output channel, if any; None otherwise."""
+    padding (with ``valid``, also ``auto_pad`` VALID, none: MTCNN's exporter writes it) and a bias
+    of one value per output channel, if any; None otherwise. The host lowering's rewrites match
+    without ``valid``: with it, their modules (and LOWERING_VERSION) would change."""
     if op.operation.name != "torch.operator" or str(op.operation.attributes["name"]) != '"onnx.Conv"':
         return None
     attrs = {name: str(op.operation.attributes[name]) for name in op.operation.attributes}
-    if attrs.get("torch.onnx.auto_pad", '"NOTSET"') != '"NOTSET"' or len(op.results) != 1:
+    auto_pad = attrs.get("torch.onnx.auto_pad", '"NOTSET"')
+    if auto_pad not in ('"NOTSET"', '"VALID"' if valid else '"NOTSET"') or len(op.results) != 1:
         return None
+    if auto_pad == '"VALID"':
+        attrs.pop("torch.onnx.pads", None)
     found = [_VTENSOR.fullmatch(str(v.type)) for v in (*op.operands, op.results[0])]
     types = [t for t in found if t is not None]
     if len(op.operands) not in (2, 3) or len(types) != len(found) or len({t[2] for t in types}) != 1:

@@ -1,12 +1,12 @@
-"""Two kinds of convolution rewritten for IREE's data-tiled convolutions, in llvm-cpu modules
+"""Three kinds of convolution rewritten for IREE's data-tiled convolutions, in llvm-cpu modules
 compiled with them (the tuner's ``data-tiled-conv`` set: ``flags.CONV_DATA_TILING`` and the
 ``conv_nchwc`` ukernel).
 
 That set packs every convolution's channels in blocks of 16 and runs IREE's NCHWc kernel, which
 on a dense 3x3 convolution over 32-256 channels beats im2col with data tiling (the default's
 best) 1.5-3x: 1.46 ms against 4.1 for 64 -> 64 channels at 56x56, where im2col's gather, fused
-with data tiling's packing, writes 7.2 MB at 3 GB/s (docs/performance.md). Two kinds of
-convolution fall off that kernel, and a ResNet has both:
+with data tiling's packing, writes 7.2 MB at 3 GB/s (docs/performance.md). Three kinds of
+convolution fall off that kernel (a ResNet has the first two):
 
 - **Pointwise** (1x1, ungrouped, unpadded, batch 1, large enough to pay for packing). IREE leaves it a 4-D contraction that misses
   the packed matmul path (24 GFLOP/s), and with a stride a reduction (a ResNet's strided
@@ -17,6 +17,13 @@ convolution fall off that kernel, and a ResNet has both:
   block of pixels moved into the channels (4 Cin), and a stride-1 convolution with a
   ceil(K / 2) kernel over them (its weights rearranged the same way, zeros where the kernel
   ends; a constant expression IREE evaluates at load time).
+- **A stride-1 convolution with a non-square kernel or over few input channels** (the
+  openWakeWord embedding's 3x1 and 1x3 convolutions: 2.1-3.1 ms each against ~0.1 ms as a matmul;
+  MTCNN's first 3x3 over RGB). Written as a matmul over the kernel's taps: the output computed on
+  the padded width and cropped, so that each tap is one contiguous slice of the flattened padded
+  image; the slices concatenated ([taps x Cin, pixels]) and one ``linalg.matmul``. A gather
+  written as one ``linalg.generic`` (its index a sum of the tap's offset and the pixel) fuses
+  into data tiling's packing and runs 2x slower than the copy and the packing apart.
 
 Modules compiled with other flags are left as they are: channels-last and im2col have their own
 forms for these convolutions. ``module_text`` is the one place a region's text meets its flags,
@@ -33,10 +40,12 @@ from aot.runtime.target import Target
 
 # Bump with any change to what this module writes: the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
-PACKED_CONV_VERSION = 1
+PACKED_CONV_VERSION = 2
 # The NCHWc kernel's channel block: a convolution over fewer input channels than a quarter of it
 # still fills a block after space-to-depth (4 Cin).
 STEM_MAX_CHANNELS = 4
+# The gathered input is the kernel's taps times the input: up to a 7x7 kernel's.
+MAX_TAPS = 49
 _CONVOLUTION_TILING = next(f for f in CONV_DATA_TILING if f.endswith("=convolution"))
 
 
@@ -49,7 +58,7 @@ def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> byt
     """The text a region compiles from with these flags: rewritten where ``applies``."""
     if not applies(target, opt):
         return text
-    rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body)
+    rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body, shifted_body)
     return rewritten.encode()
 
 
@@ -75,7 +84,7 @@ def pointwise(op: Any) -> ConvOperands | None:
     """``op``'s operands when it is an ungrouped, unpadded 1x1 ``onnx.Conv`` over one image whose
     product pays for the dispatches that pack and unpack a data-tiled matmul (the rule of
     ``flags.PACKING_PAYS_FROM_FLOPS``; MTCNN-PNet's 1x1 heads, 46 and 92 kFLOP, stay as they are)."""
-    c = conv_operands(op)
+    c = conv_operands(op, valid=True)
     if (c is None or c.group != 1 or c.w[2:] != (1, 1) or c.w[1] != c.x[1] or c.x[0] != 1 or any(c.pads)
             or expected_output(c) != c.y):
         return None
@@ -128,7 +137,7 @@ def _init_2d(bias: bool, channels: int, t: str, out: str) -> str:
 def stem(op: Any) -> ConvOperands | None:
     """``op``'s operands when it is an ungrouped stride-2 ``onnx.Conv`` over at most
     ``STEM_MAX_CHANNELS`` input channels with a kernel wider than its stride."""
-    c = conv_operands(op)
+    c = conv_operands(op, valid=True)
     if (c is None or c.group != 1 or c.w[1] != c.x[1] or c.x[1] > STEM_MAX_CHANNELS or c.strides != (2, 2)
             or c.dilations != (1, 1) or min(c.w[2:]) < 2 or expected_output(c) != c.y):
         return None
@@ -183,3 +192,70 @@ def stem_body(op: Any) -> str | None:
     %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, t)} -> {_vt(c.y, t)}
     return %yt : {_vt(c.y, t)}
 }}"""
+
+
+def shifted(op: Any) -> ConvOperands | None:
+    """``op``'s operands when it is an ungrouped stride-1 ``onnx.Conv`` over one image that the
+    NCHWc kernel runs badly: a non-square kernel (3x1, 1x3, 1x7...) or at most
+    ``STEM_MAX_CHANNELS`` input channels; and whose product pays for packing."""
+    c = conv_operands(op, valid=True)
+    if (c is None or c.group != 1 or c.w[1] != c.x[1] or c.x[0] != 1 or c.strides != (1, 1)
+            or c.dilations != (1, 1) or c.w[2:] == (1, 1) or expected_output(c) != c.y):
+        return None
+    if (c.w[2] == c.w[3] and c.x[1] > STEM_MAX_CHANNELS) or c.w[2] * c.w[3] > MAX_TAPS:
+        return None
+    return c if 2 * c.w[0] * c.w[1] * c.w[2] * c.w[3] * c.y[2] * c.y[3] >= PACKING_PAYS_FROM_FLOPS else None
+
+
+def shifted_body(op: Any) -> str | None:
+    c = shifted(op)
+    if c is None:
+        return None
+    _, cin, h, w = c.x
+    cout, _, kh, kw = c.w
+    _, _, oh, ow = c.y
+    top, left, bottom, right = c.pads
+    t = c.dtype
+    # The output is computed on the padded width (wp columns per row, the last kw - 1 of them
+    # wrapping into the next row) and cropped: then each kernel tap reads the flattened padded
+    # image at one offset, and the taps' gather is contiguous. One more zero row keeps the last
+    # tap's reads inside it.
+    hp, wp = h + top + bottom, w + left + right
+    rows = hp + (1 if kw > 1 else 0)
+    flat, cols = rows * wp, oh * wp
+    x_t, padded = _dims(c.x, t), _dims((1, cin, rows, wp), t)
+    pad = zero_pad("xp", "x", (0, 0, top, left), (0, 0, rows - h - top, right), x_t, padded, t) \
+        if (rows, wp) != (h, w) else ""
+    source = "%xp" if pad else "%x"
+    tap = _shape((cin, cols), t)
+    names = [f"%s{a}_{b}" for a in range(kh) for b in range(kw)]
+    slices = "\n    ".join(
+        f"%s{a}_{b} = tensor.extract_slice %xf[0, {a * wp + b}] [{cin}, {cols}] [1, 1] : {_shape((cin, flat), t)} to {tap}"
+        for a in range(kh) for b in range(kw))
+    col, wk = _shape((kh * kw * cin, cols), t), _shape((cout, kh * kw * cin), t)
+    w_moved = _shape((cout, kh, kw, cin), t)
+    out2, grid = _shape((cout, cols), t), _shape((1, cout, oh, wp), t)
+    bias_arg = f", %bt: {_vt((cout,), t)}" if c.bias else ""
+    crop = (f"%y = tensor.extract_slice %yg[0, 0, 0, 0] [1, {cout}, {oh}, {ow}] [1, 1, 1, 1] : "
+            f"{grid} to {_shape(c.y, t)}") if wp != ow else ""
+    result = "%y" if crop else "%yg"
+    return f"""func.func @shifted(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
+    %zero = arith.constant 0.0 : {t}
+    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> tensor<{x_t}>
+    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> tensor<{_dims(c.w, t)}>
+    {pad}
+    %xf = tensor.collapse_shape {source} [[0, 1], [2, 3]] : tensor<{padded}> into {_shape((cin, flat), t)}
+    {slices}
+    %x2 = tensor.concat dim(0) {', '.join(names)} : ({', '.join([tap] * len(names))}) -> {col}
+    %we = tensor.empty() : {w_moved}
+    %wm = linalg.transpose ins(%w : tensor<{_dims(c.w, t)}>) outs(%we : {w_moved}) permutation = [0, 2, 3, 1]
+    %w2 = tensor.collapse_shape %wm [[0], [1, 2, 3]] : {w_moved} into {wk}
+    %e = tensor.empty() : {out2}
+    {_init_2d(c.bias, cout, t, out2)}
+    %y2 = linalg.matmul ins(%w2, %x2 : {wk}, {col}) outs(%init : {out2}) -> {out2}
+    %yg = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {wp}] : {out2} into {grid}
+    {crop}
+    %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, t)} -> {_vt(c.y, t)}
+    return %yt : {_vt(c.y, t)}
+}}"""
+

@@ -1,7 +1,8 @@
-"""Pointwise convolutions and few-channel stride-2 stems are rewritten for IREE's data-tiled
-convolutions (``lower/packed_conv.py``), only in modules compiled with them: which convolutions
-match, that other flags leave the text alone, and that a host build pinned to the data-tiled-conv
-set gives onnxruntime's values with both rewrites in its module."""
+"""Pointwise convolutions, few-channel stride-2 stems and stride-1 convolutions with a non-square
+kernel or few input channels are rewritten for IREE's data-tiled convolutions
+(``lower/packed_conv.py``), only in modules compiled with them: which convolutions match, that
+other flags leave the text alone, and that a host build pinned to the data-tiled-conv set gives
+onnxruntime's values with all three rewrites in its module."""
 
 from __future__ import annotations
 
@@ -30,26 +31,36 @@ def _single(w_shape: tuple[int, ...], x_shape: tuple[int, ...], **attrs) -> onnx
     return onnx.shape_inference.infer_shapes(model)
 
 
-def _counts(model: onnx.ModelProto, tmp_path) -> tuple[int, int]:
+def _counts(model: onnx.ModelProto, tmp_path) -> tuple[int, int, int]:
     mlir = import_onnx(model, "m", tmp_path, tmp_path / "w.irpa").mlir
-    return depthwise.rewrite_ops(mlir, packed_conv.pointwise_body, packed_conv.stem_body)[1]
+    return depthwise.rewrite_ops(mlir, packed_conv.pointwise_body, packed_conv.stem_body, packed_conv.shifted_body)[1]
 
 
 @pytest.mark.parametrize(("model", "counts"), [
-    (_single((64, 32, 1, 1), (1, 32, 14, 14)), (1, 0)),
-    (_single((64, 32, 1, 1), (1, 32, 15, 15), strides=[2, 2]), (1, 0)),     # a strided projection
-    (_single((64, 32, 1, 1), (2, 32, 14, 14)), (0, 0)),                     # two images: not one matmul
-    (_single((2, 32, 1, 1), (1, 32, 19, 19)), (0, 0)),                      # 46 kFLOP: packing would not pay
-    (_single((64, 32, 1, 1), (1, 32, 14, 14), pads=[1, 1, 1, 1]), (0, 0)),  # padded
-    (_single((64, 16, 1, 1), (1, 32, 14, 14), group=2), (0, 0)),            # grouped
-    (_single((64, 3, 7, 7), (1, 3, 224, 224), strides=[2, 2], pads=[3, 3, 3, 3]), (0, 1)),   # a ResNet stem
-    (_single((16, 3, 3, 3), (1, 3, 63, 64), strides=[2, 2], pads=[1, 0, 1, 1]), (0, 1)),     # odd sizes
-    (_single((64, 3, 3, 3), (1, 3, 32, 32), pads=[1, 1, 1, 1]), (0, 0)),    # stride 1: no blocks to move
-    (_single((64, 16, 3, 3), (1, 16, 32, 32), strides=[2, 2]), (0, 0)),     # channels fill the kernel's blocks
-    (_single((64, 32, 3, 3), (1, 32, 14, 14)), (0, 0)),                     # what the kernel is good at
-], ids=["pointwise", "strided-pointwise", "batch-2", "too-small", "padded", "grouped", "stem", "odd-stem", "stride-1",
-        "16-channels", "3x3"])
-def test_only_pointwise_convolutions_and_few_channel_stems_are_rewritten(model, counts, tmp_path):
+    (_single((64, 32, 1, 1), (1, 32, 14, 14)), (1, 0, 0)),
+    (_single((64, 32, 1, 1), (1, 32, 15, 15), strides=[2, 2]), (1, 0, 0)),     # a strided projection
+    (_single((64, 32, 1, 1), (1, 32, 14, 14), auto_pad="VALID"), (1, 0, 0)),  # MTCNN's exporter
+    (_single((64, 32, 1, 1), (2, 32, 14, 14)), (0, 0, 0)),                     # two images: not one matmul
+    (_single((2, 32, 1, 1), (1, 32, 19, 19)), (0, 0, 0)),                      # 46 kFLOP: packing would not pay
+    (_single((64, 32, 1, 1), (1, 32, 14, 14), pads=[1, 1, 1, 1]), (0, 0, 0)),  # padded
+    (_single((64, 16, 1, 1), (1, 32, 14, 14), group=2), (0, 0, 0)),            # grouped
+    (_single((64, 3, 7, 7), (1, 3, 224, 224), strides=[2, 2], pads=[3, 3, 3, 3]), (0, 1, 0)),   # a ResNet stem
+    (_single((16, 3, 3, 3), (1, 3, 63, 64), strides=[2, 2], pads=[1, 0, 1, 1]), (0, 1, 0)),     # odd sizes
+    (_single((64, 3, 3, 3), (1, 3, 32, 32), pads=[1, 1, 1, 1]), (0, 0, 1)),    # RGB at stride 1: taps
+    (_single((32, 3, 3, 3), (1, 3, 48, 48), auto_pad="VALID"), (0, 0, 1)),     # MTCNN's first layer
+    (_single((24, 24, 3, 1), (1, 24, 74, 32)), (0, 0, 1)),                     # the embedding's 3x1
+    (_single((48, 24, 1, 3), (1, 24, 36, 16), pads=[0, 1, 0, 1]), (0, 0, 1)),  # and its padded 1x3
+    (_single((24, 24, 3, 1), (1, 24, 74, 32), strides=[2, 1]), (0, 0, 0)),     # strided
+    (_single((24, 24, 3, 1), (1, 24, 74, 32), dilations=[2, 1]), (0, 0, 0)),   # dilated
+    (_single((24, 12, 3, 1), (1, 24, 74, 32), group=2), (0, 0, 0)),            # grouped
+    (_single((4, 2, 3, 1), (1, 2, 8, 8)), (0, 0, 0)),                          # 1.1 kFLOP: packing would not pay
+    (_single((36, 1, 1, 256), (1, 1, 1, 427)), (0, 0, 0)),                     # 256 taps: too many to gather
+    (_single((64, 16, 3, 3), (1, 16, 32, 32), strides=[2, 2]), (0, 0, 0)),     # channels fill the kernel's blocks
+    (_single((64, 32, 3, 3), (1, 32, 14, 14)), (0, 0, 0)),                     # what the kernel is good at
+], ids=["pointwise", "strided-pointwise", "valid-pointwise", "batch-2", "too-small", "padded", "grouped", "stem",
+        "odd-stem", "rgb-stride-1", "valid-rgb", "3x1", "padded-1x3", "strided-3x1", "dilated-3x1", "grouped-3x1",
+        "small-3x1", "1x256", "16-channels", "3x3"])
+def test_only_the_convolutions_the_nchwc_kernel_runs_badly_are_rewritten(model, counts, tmp_path):
     assert _counts(model, tmp_path) == counts
 
 
@@ -65,14 +76,18 @@ def test_only_a_cpu_module_compiled_with_data_tiled_convolutions_is_rewritten(tm
     assert packed_conv.key_tag(host, DATA_TILED_CONV) == (f"packed-conv {packed_conv.PACKED_CONV_VERSION}",)
 
 
-def _resnet_corner() -> onnx.ModelProto:
-    """A stem (7x7, stride 2, RGB, with bias), a strided and a plain pointwise convolution and a
-    3x3 one, each with a Relu, over an odd-sized image."""
+def _corners() -> onnx.ModelProto:
+    """A 3x3 convolution over RGB without padding (auto_pad VALID), a stem (7x7, stride 2, four
+    channels), a strided and a plain pointwise convolution, a 3x3 one over 16 channels and a padded
+    1x3 and a 3x1, each with a bias and a Relu, over an odd-sized image."""
     rng = np.random.default_rng(0)
-    layers = [("stem", (32, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    layers = [("rgb", (4, 3, 3, 3), dict(auto_pad="VALID")),
+              ("stem", (32, 4, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
               ("project", (64, 32, 1, 1), dict(strides=[2, 2])),
               ("reduce", (16, 64, 1, 1), {}),
-              ("spatial", (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]))]
+              ("spatial", (16, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+              ("row", (16, 16, 1, 3), dict(pads=[0, 1, 0, 1])),
+              ("column", (16, 16, 3, 1), {})]
     nodes, inits, x = [], [], "x"
     for name, shape, attrs in layers:
         w = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
@@ -95,7 +110,7 @@ def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp
     from aot.options import BuildOptions
 
     path = tmp_path / "corner.onnx"
-    onnx.save(_resnet_corner(), path)
+    onnx.save(_corners(), path)
     first = api.build(path, tmp_path / "default", BuildOptions(accel=None))
     plan = json.loads((first.bundle.path / "plan.json").read_text())
     (region,) = plan["regions"]
@@ -104,11 +119,12 @@ def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp
     built = api.build(path, tmp_path / "tiled", BuildOptions(accel=None, plan_file=tmp_path / "plan.json"))
     (entry,) = built.bundle.manifest.regions
     assert tuple(entry.flags) == DATA_TILED_CONV
-    # the module holds the rewrites: one convolution is left of the four, and it is the 3x3
+    # the module holds the rewrites: one convolution is left of the seven, and it is the 3x3 over
+    # 16 channels; the stem is a convolution over blocks, the others are matmuls (three over taps)
     text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_bytes()
     compiled = packed_conv.module_text(Target.host(), text, DATA_TILED_CONV).decode()
-    assert compiled.count('"onnx.Conv"') == 1 and compiled.count("linalg.matmul") == 2
-    assert compiled.count("linalg.conv_2d_nchw_fchw") == 1
+    assert compiled.count('"onnx.Conv"') == 1 and compiled.count("linalg.matmul") == 5
+    assert compiled.count("linalg.conv_2d_nchw_fchw") == 1 and compiled.count("tensor.concat") == 3
     x = np.random.default_rng(1).standard_normal((1, 3, 45, 38)).astype(np.float32)
     want = reference.session(path).run(None, {"x": x})[0]
     with runtime.load(built.bundle.path) as session:
