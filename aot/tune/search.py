@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from aot.checks.compare import VERIFY_RTOL
-from aot.lower import flags
+from aot.lower import flags, packed_conv
 from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
 from aot.frontend.source import OpFamily
@@ -105,9 +105,12 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
 
 def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...], settings: TuneSettings) -> str:
     # The target's own flags too: a change there (say, hoisting limits) changes every candidate.
+    # A set whose module is rewritten before it compiles (lower/packed_conv.py) carries the
+    # rewrite's version: its timings were of the text that version wrote.
     parts = [text, str(region.target), " ".join(flags.compile_flags(region.target, opt=())), driver,
              device_identity(driver), compiler_version(),
-             json.dumps([[s.name, *s.flags] for s in sets]), f"{settings.repeats}/{settings.warmup}"]
+             json.dumps([[s.name, *s.flags, *packed_conv.key_tag(region.target, s.flags)] for s in sets]),
+             f"{settings.repeats}/{settings.warmup}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

@@ -129,3 +129,24 @@ def test_each_candidate_is_a_progress_step_with_an_eta_and_pruned_ones_say_so(mo
     table = (TuneCandidate("default", (), 8000.0, 0.0, None, 20), TuneCandidate("direct-conv", (), 13000.0, 0.0, None, 5))
     tuning = search.decide(table, "test cpu")
     assert [c.pruned(tuning) for c in tuning.candidates] == [False, True]
+
+
+def test_a_new_packed_conv_rewrite_times_the_sets_it_rewrites_again_and_only_those(monkeypatch):
+    """Tuning results are cached by the region's text and the sets' flags; a data-tiled-conv set
+    compiles from text lower/packed_conv.py rewrote, so a new version of that rewrite must miss the
+    cache for it (stop 49's timings of the old modules were reused for the new ones) and for
+    nothing else."""
+    import dataclasses
+
+    from aot.lower import packed_conv
+    from aot.lower.flags import CONV_DATA_TILING, DATA_TILING, IM2COL
+    from aot.tune.search import TuneSettings
+
+    monkeypatch.setattr(search, "device_identity", lambda driver: "test cpu")
+    host = dataclasses.replace(small_manifest().regions[0], target=Target.host())
+    tiled, plain = FlagSet("data-tiled-conv", (DATA_TILING, *CONV_DATA_TILING)), FlagSet("data-tiling", (DATA_TILING, IM2COL))
+    settings = TuneSettings(repeats=5, accel_timeout=60.0, segments=0)
+    before = [search._key("module", host, "local-task", (s,), settings) for s in (tiled, plain)]
+    monkeypatch.setattr(packed_conv, "PACKED_CONV_VERSION", packed_conv.PACKED_CONV_VERSION + 1)
+    after = [search._key("module", host, "local-task", (s,), settings) for s in (tiled, plain)]
+    assert before[0] != after[0] and before[1] == after[1]
