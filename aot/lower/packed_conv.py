@@ -80,6 +80,32 @@ def _shape(dims: tuple[int, ...], t: str) -> str:
     return f"tensor<{_dims(dims, t)}>"
 
 
+def _prologue(name: str, c: ConvOperands) -> str:
+    """A rewrite's function header, taking the convolution's operands, and them as builtin tensors
+    (``%x``, ``%w``; ``%bt`` the bias, if any) beside a zero (``%zero``)."""
+    t = c.dtype
+    bias_arg = f", %bt: {_vt((c.w[0],), t)}" if c.bias else ""
+    return f"""func.func @{name}(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
+    %zero = arith.constant 0.0 : {t}
+    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> {_shape(c.x, t)}
+    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> {_shape(c.w, t)}"""
+
+
+def _epilogue(result: str, c: ConvOperands) -> str:
+    """Return ``result``, the convolution's value as a builtin tensor."""
+    return f"""    %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, c.dtype)} -> {_vt(c.y, c.dtype)}
+    return %yt : {_vt(c.y, c.dtype)}
+}}"""
+
+
+def _cropped(source: str, source_type: str, c: ConvOperands) -> tuple[str, str]:
+    """``source`` cut to the convolution's result where it is larger, and the value holding that."""
+    if source_type == _shape(c.y, c.dtype):
+        return "", source
+    return (f"%y = tensor.extract_slice {source}[0, 0, 0, 0] [{', '.join(map(str, c.y))}] [1, 1, 1, 1] : "
+            f"{source_type} to {_shape(c.y, c.dtype)}"), "%y"
+
+
 def pointwise(op: Any) -> ConvOperands | None:
     """``op``'s operands when it is an ungrouped, unpadded 1x1 ``onnx.Conv`` over one image whose
     product pays for the dispatches that pack and unpack a data-tiled matmul (the rule of
@@ -105,13 +131,9 @@ def pointwise_body(op: Any) -> str | None:
     strided = (f"%xs = tensor.extract_slice %x[0, 0, 0, 0] [1, {cin}, {oh}, {ow}] [1, 1, {sh}, {sw}] : "
                f"{_shape(c.x, t)} to {sub}") if (oh, ow) != (h, w) else ""
     source = "%xs" if strided else "%x"
-    bias_arg = f", %bt: {_vt((cout,), t)}" if c.bias else ""
     out2 = _shape((cout, pixels), t)
     init = _init_2d(c.bias, cout, t, out2)
-    return f"""func.func @pointwise(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
-    %zero = arith.constant 0.0 : {t}
-    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> {_shape(c.x, t)}
-    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> {_shape(c.w, t)}
+    return f"""{_prologue("pointwise", c)}
     {strided}
     %x2 = tensor.collapse_shape {source} [[0, 1], [2, 3]] : {sub} into {_shape((cin, pixels), t)}
     %w2 = tensor.collapse_shape %w [[0], [1, 2, 3]] : {_shape(c.w, t)} into {_shape((cout, cin), t)}
@@ -119,9 +141,7 @@ def pointwise_body(op: Any) -> str | None:
     {init}
     %y2 = linalg.matmul ins(%w2, %x2 : {_shape((cout, cin), t)}, {_shape((cin, pixels), t)}) outs(%init : {out2}) -> {out2}
     %y = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {ow}] : {out2} into {_shape(c.y, t)}
-    %yt = torch_c.from_builtin_tensor %y : {_shape(c.y, t)} -> {_vt(c.y, t)}
-    return %yt : {_vt(c.y, t)}
-}}"""
+{_epilogue("%y", c)}"""
 
 
 def _init_2d(bias: bool, channels: int, t: str, out: str) -> str:
@@ -150,7 +170,6 @@ def stem_body(op: Any) -> str | None:
         return None
     n, cin, h, w = c.x
     cout, _, kh, kw = c.w
-    _, _, oh, ow = c.y
     top, left, bottom, right = c.pads
     t = c.dtype
     hp, wp = h + top + bottom, w + left + right
@@ -165,16 +184,10 @@ def stem_body(op: Any) -> str | None:
     w_blocks, w_moved = _shape((cout, cin, bh, 2, bw, 2), t), _shape((cout, 2, 2, cin, bh, bw), t)
     w_s2d = _shape((cout, 4 * cin, bh, bw), t)
     full = f"{n}x{cout}x{fh}x{fw}x{t}"
-    bias_arg = f", %bt: {_vt((cout,), t)}" if c.bias else ""
     init = accumulator_init(c.bias, cout, t, full, "(n, c, h, w) -> (c)")
     # an even kernel over an odd padded size gives one row or column more: cropped
-    crop = (f"%y = tensor.extract_slice %yf[0, 0, 0, 0] [{n}, {cout}, {oh}, {ow}] [1, 1, 1, 1] : "
-            f"tensor<{full}> to {_shape(c.y, t)}") if (fh, fw) != (oh, ow) else ""
-    result = "%y" if crop else "%yf"
-    return f"""func.func @stem(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
-    %zero = arith.constant 0.0 : {t}
-    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> tensor<{x_t}>
-    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> tensor<{w_t}>
+    crop, result = _cropped("%yf", f"tensor<{full}>", c)
+    return f"""{_prologue("stem", c)}
     {zero_pad('xp', 'x', (0, 0, top, left), (0, 0, hp - h - top, wp - w - left), x_t, padded, t)}
     %x6 = tensor.expand_shape %xp [[0], [1], [2, 3], [4, 5]] output_shape [{n}, {cin}, {hp // 2}, 2, {wp // 2}, 2] : tensor<{padded}> into {blocks}
     %xe = tensor.empty() : {moved}
@@ -189,9 +202,7 @@ def stem_body(op: Any) -> str | None:
     {init}
     %yf = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}} ins(%xs, %ws : {x_s2d}, {w_s2d}) outs(%init : tensor<{full}>) -> tensor<{full}>
     {crop}
-    %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, t)} -> {_vt(c.y, t)}
-    return %yt : {_vt(c.y, t)}
-}}"""
+{_epilogue(result, c)}"""
 
 
 def shifted(op: Any) -> ConvOperands | None:
@@ -213,7 +224,7 @@ def shifted_body(op: Any) -> str | None:
         return None
     _, cin, h, w = c.x
     cout, _, kh, kw = c.w
-    _, _, oh, ow = c.y
+    oh = c.y[2]
     top, left, bottom, right = c.pads
     t = c.dtype
     # The output is computed on the padded width (wp columns per row, the last kw - 1 of them
@@ -235,14 +246,8 @@ def shifted_body(op: Any) -> str | None:
     col, wk = _shape((kh * kw * cin, cols), t), _shape((cout, kh * kw * cin), t)
     w_moved = _shape((cout, kh, kw, cin), t)
     out2, grid = _shape((cout, cols), t), _shape((1, cout, oh, wp), t)
-    bias_arg = f", %bt: {_vt((cout,), t)}" if c.bias else ""
-    crop = (f"%y = tensor.extract_slice %yg[0, 0, 0, 0] [1, {cout}, {oh}, {ow}] [1, 1, 1, 1] : "
-            f"{grid} to {_shape(c.y, t)}") if wp != ow else ""
-    result = "%y" if crop else "%yg"
-    return f"""func.func @shifted(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
-    %zero = arith.constant 0.0 : {t}
-    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> tensor<{x_t}>
-    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> tensor<{_dims(c.w, t)}>
+    crop, result = _cropped("%yg", grid, c)
+    return f"""{_prologue("shifted", c)}
     {pad}
     %xf = tensor.collapse_shape {source} [[0, 1], [2, 3]] : tensor<{padded}> into {_shape((cin, flat), t)}
     {slices}
@@ -255,7 +260,5 @@ def shifted_body(op: Any) -> str | None:
     %y2 = linalg.matmul ins(%w2, %x2 : {wk}, {col}) outs(%init : {out2}) -> {out2}
     %yg = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {wp}] : {out2} into {grid}
     {crop}
-    %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, t)} -> {_vt(c.y, t)}
-    return %yt : {_vt(c.y, t)}
-}}"""
+{_epilogue(result, c)}"""
 
