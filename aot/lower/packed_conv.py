@@ -219,6 +219,7 @@ def shifted(op: Any) -> ConvOperands | None:
 
 
 def shifted_body(op: Any) -> str | None:
+    """``op`` as one matmul over its kernel's taps, or None for any other op (``shifted``)."""
     c = shifted(op)
     if c is None:
         return None
@@ -261,4 +262,3 @@ def shifted_body(op: Any) -> str | None:
     %yg = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {wp}] : {out2} into {grid}
     {crop}
 {_epilogue(result, c)}"""
-
