@@ -101,7 +101,7 @@ def conv_operands(op: Any, valid: bool = False) -> ConvOperands | None:
         return None
     attrs = {name: str(op.operation.attributes[name]) for name in op.operation.attributes}
     auto_pad = attrs.get("torch.onnx.auto_pad", '"NOTSET"')
-    if auto_pad not in ('"NOTSET"', '"VALID"' if valid else '"NOTSET"') or len(op.results) != 1:
+    if auto_pad not in (('"NOTSET"', '"VALID"') if valid else ('"NOTSET"',)) or len(op.results) != 1:
         return None
     if auto_pad == '"VALID"':
         attrs.pop("torch.onnx.pads", None)

@@ -41,9 +41,9 @@ from aot.runtime.target import Target
 # Bump with any change to what this module writes: the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
 PACKED_CONV_VERSION = 2
-# The NCHWc kernel's channel block: a convolution over fewer input channels than a quarter of it
-# still fills a block after space-to-depth (4 Cin).
-STEM_MAX_CHANNELS = 4
+# Input channels the NCHWc kernel pads to its block of 16 at a loss of 4x or more. A stride-2 stem
+# over this many still fills a block after space-to-depth (4 Cin); at stride 1 they are gathered.
+FEW_INPUT_CHANNELS = 4
 # The gathered input is the kernel's taps times the input: up to a 7x7 kernel's.
 MAX_TAPS = 49
 _CONVOLUTION_TILING = next(f for f in CONV_DATA_TILING if f.endswith("=convolution"))
@@ -156,9 +156,9 @@ def _init_2d(bias: bool, channels: int, t: str, out: str) -> str:
 
 def stem(op: Any) -> ConvOperands | None:
     """``op``'s operands when it is an ungrouped stride-2 ``onnx.Conv`` over at most
-    ``STEM_MAX_CHANNELS`` input channels with a kernel wider than its stride."""
+    ``FEW_INPUT_CHANNELS`` input channels with a kernel wider than its stride."""
     c = conv_operands(op, valid=True)
-    if (c is None or c.group != 1 or c.w[1] != c.x[1] or c.x[1] > STEM_MAX_CHANNELS or c.strides != (2, 2)
+    if (c is None or c.group != 1 or c.w[1] != c.x[1] or c.x[1] > FEW_INPUT_CHANNELS or c.strides != (2, 2)
             or c.dilations != (1, 1) or min(c.w[2:]) < 2 or expected_output(c) != c.y):
         return None
     return c
@@ -208,12 +208,12 @@ def stem_body(op: Any) -> str | None:
 def shifted(op: Any) -> ConvOperands | None:
     """``op``'s operands when it is an ungrouped stride-1 ``onnx.Conv`` over one image that the
     NCHWc kernel runs badly: a non-square kernel (3x1, 1x3, 1x7...) or at most
-    ``STEM_MAX_CHANNELS`` input channels; and whose product pays for packing."""
+    ``FEW_INPUT_CHANNELS`` input channels; and whose product pays for packing."""
     c = conv_operands(op, valid=True)
     if (c is None or c.group != 1 or c.w[1] != c.x[1] or c.x[0] != 1 or c.strides != (1, 1)
             or c.dilations != (1, 1) or c.w[2:] == (1, 1) or expected_output(c) != c.y):
         return None
-    if (c.w[2] == c.w[3] and c.x[1] > STEM_MAX_CHANNELS) or c.w[2] * c.w[3] > MAX_TAPS:
+    if (c.w[2] == c.w[3] and c.x[1] > FEW_INPUT_CHANNELS) or c.w[2] * c.w[3] > MAX_TAPS:
         return None
     return c if 2 * c.w[0] * c.w[1] * c.w[2] * c.w[3] * c.y[2] * c.y[3] >= PACKING_PAYS_FROM_FLOPS else None
 
