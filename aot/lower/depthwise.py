@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 CHANNELS_LAST_REASON = "depthwise: lowered channels-last for llvm-cpu"   # the build record's word for it
-_VTENSOR = re.compile(r"!torch\.vtensor<\[([0-9,]+)\],(f32|f16|bf16)>")
+VTENSOR = re.compile(r"!torch\.vtensor<\[([0-9,]+)\],(f32|f16|bf16)>")
 _INT = re.compile(r"-?\d+(?= : si64)")
 
 
@@ -97,15 +97,15 @@ def conv_operands(op: Any, valid: bool = False) -> ConvOperands | None:
     padding (with ``valid``, also ``auto_pad`` VALID, none: MTCNN's exporter writes it) and a bias
     of one value per output channel, if any; None otherwise. The host lowering's rewrites match
     without ``valid``: with it, their modules (and LOWERING_VERSION) would change."""
-    if op.operation.name != "torch.operator" or str(op.operation.attributes["name"]) != '"onnx.Conv"':
+    attrs = onnx_attributes(op, "Conv")
+    if attrs is None:
         return None
-    attrs = {name: str(op.operation.attributes[name]) for name in op.operation.attributes}
     auto_pad = attrs.get("torch.onnx.auto_pad", '"NOTSET"')
     if auto_pad not in (('"NOTSET"', '"VALID"') if valid else ('"NOTSET"',)) or len(op.results) != 1:
         return None
     if auto_pad == '"VALID"':
         attrs.pop("torch.onnx.pads", None)
-    found = [_VTENSOR.fullmatch(str(v.type)) for v in (*op.operands, op.results[0])]
+    found = [VTENSOR.fullmatch(str(v.type)) for v in (*op.operands, op.results[0])]
     types = [t for t in found if t is not None]
     if len(op.operands) not in (2, 3) or len(types) != len(found) or len({t[2] for t in types}) != 1:
         return None
@@ -113,10 +113,10 @@ def conv_operands(op: Any, valid: bool = False) -> ConvOperands | None:
     y = rest[-1]
     if len(x) != 4 or len(w) != 4 or len(y) != 4 or (len(rest) == 2 and rest[0] != (y[1],)):
         return None
-    group = _ints(attrs.get("torch.onnx.group", "1 : si64")) or [1]
-    pads = _ints(attrs.get("torch.onnx.pads", "")) or [0, 0, 0, 0]
-    strides = _ints(attrs.get("torch.onnx.strides", "")) or [1, 1]
-    dilations = _ints(attrs.get("torch.onnx.dilations", "")) or [1, 1]
+    group = ints(attrs.get("torch.onnx.group", "1 : si64")) or [1]
+    pads = ints(attrs.get("torch.onnx.pads", "")) or [0, 0, 0, 0]
+    strides = ints(attrs.get("torch.onnx.strides", "")) or [1, 1]
+    dilations = ints(attrs.get("torch.onnx.dilations", "")) or [1, 1]
     if len(group) != 1 or len(pads) != 4 or len(strides) != 2 or len(dilations) != 2:
         return None
     return ConvOperands(x, w, y, group[0], (strides[0], strides[1]), (dilations[0], dilations[1]),
@@ -134,7 +134,14 @@ def match(op: Any) -> DepthwiseConv | None:
     return DepthwiseConv(c.x, c.y, (c.w[2], c.w[3]), c.strides, c.dilations, c.pads, c.dtype, c.bias)
 
 
-def _ints(attr: str) -> list[int]:
+def onnx_attributes(op: Any, op_type: str) -> dict[str, str] | None:
+    """``op``'s attributes as text when it is the ONNX operator ``op_type``; None otherwise."""
+    if op.operation.name != "torch.operator" or str(op.operation.attributes["name"]) != f'"onnx.{op_type}"':
+        return None
+    return {name: str(op.operation.attributes[name]) for name in op.operation.attributes}
+
+
+def ints(attr: str) -> list[int]:
     return [int(v) for v in _INT.findall(attr)]
 
 

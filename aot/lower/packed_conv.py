@@ -1,4 +1,4 @@
-"""Three kinds of convolution rewritten for IREE's data-tiled convolutions, in llvm-cpu modules
+"""Three kinds of convolution, and max pooling, rewritten for IREE's data-tiled convolutions, in llvm-cpu modules
 compiled with them (the tuner's ``data-tiled-conv`` set: ``flags.CONV_DATA_TILING`` and the
 ``conv_nchwc`` ukernel).
 
@@ -25,6 +25,10 @@ convolution fall off that kernel (a ResNet has the first two):
   written as one ``linalg.generic`` (its index a sum of the tap's offset and the pixel) fuses
   into data tiling's packing and runs 2x slower than the copy and the packing apart.
 
+The set packs a **max pooling** like a convolution too: its input padded, then packed, a pass
+that cost more than the pooling itself (MTCNN-ONet, ResNet-50's stem). Written as an
+elementwise maximum of the window's slices (``max_pool_body``), which packs nothing.
+
 Modules compiled with other flags are left as they are: channels-last and im2col have their own
 forms for these convolutions. ``module_text`` is the one place a region's text meets its flags,
 for every compile of it (the build, the tuner, the memory and dispatch statistics, replays).
@@ -32,15 +36,17 @@ for every compile of it (the build, the tuner, the memory and dispatch statistic
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from aot.lower.depthwise import ConvOperands, accumulator_init, conv_operands, expected_output, rewrite_ops, zero_pad
+from aot.lower.depthwise import (VTENSOR, ConvOperands, accumulator_init, conv_operands, expected_output, ints,
+                                onnx_attributes, rewrite_ops, zero_pad)
 from aot.lower.flags import CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
 from aot.runtime.target import Target
 
 # Bump with any change to what this module writes: the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
-PACKED_CONV_VERSION = 2
+PACKED_CONV_VERSION = 3
 # Input channels the NCHWc kernel pads to its block of 16 at a loss of 4x or more. A stride-2 stem
 # over this many still fills a block after space-to-depth (4 Cin); at stride 1 they are gathered.
 FEW_INPUT_CHANNELS = 4
@@ -58,7 +64,7 @@ def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> byt
     """The text a region compiles from with these flags: rewritten where ``applies``."""
     if not applies(target, opt):
         return text
-    rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body, shifted_body)
+    rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body, shifted_body, max_pool_body)
     return rewritten.encode()
 
 
@@ -262,3 +268,95 @@ def shifted_body(op: Any) -> str | None:
     %yg = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {wp}] : {out2} into {grid}
     {crop}
 {_epilogue(result, c)}"""
+
+
+@dataclass(frozen=True, slots=True)
+class MaxPool:
+    """A 2-D ``onnx.MaxPool`` over a static NCHW f32 tensor, without indices or dilation."""
+
+    x: tuple[int, ...]
+    y: tuple[int, ...]
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]   # top, left, bottom, right
+
+
+def max_pool(op: Any) -> MaxPool | None:
+    """``op``'s shapes and attributes when it is a MaxPool this rewrite handles: explicit pads or
+    VALID, floor or ceil mode (the stated result shape says which windows there are)."""
+    attrs = onnx_attributes(op, "MaxPool")
+    if attrs is None or len(op.operands) != 1 or len(op.results) != 1:   # a second result: the indices
+        return None
+    auto_pad = attrs.get("torch.onnx.auto_pad", '"NOTSET"')
+    if auto_pad not in ('"NOTSET"', '"VALID"') or ints(attrs.get("torch.onnx.storage_order", "")) not in ([], [0]) \
+            or ints(attrs.get("torch.onnx.dilations", "")) not in ([], [1, 1]):
+        return None
+    found = [VTENSOR.fullmatch(str(v.type)) for v in (op.operands[0], op.results[0])]
+    if any(t is None or t[2] != "f32" for t in found):
+        return None
+    x, y = (tuple(int(d) for d in t[1].split(",")) for t in found if t is not None)
+    kernel = ints(attrs.get("torch.onnx.kernel_shape", ""))
+    strides = ints(attrs.get("torch.onnx.strides", "")) or [1, 1]
+    pads = (ints(attrs.get("torch.onnx.pads", "")) if auto_pad == '"NOTSET"' else []) or [0, 0, 0, 0]
+    if len(x) != 4 or len(y) != 4 or y[:2] != x[:2] or len(kernel) != 2 or len(strides) != 2 or len(pads) != 4:
+        return None
+    for i in range(2):   # the stated output: floor or ceil of the windows that fit
+        span = x[2 + i] + pads[i] + pads[2 + i] - kernel[i]
+        if span < 0 or y[2 + i] not in (span // strides[i] + 1, -(-span // strides[i]) + 1):
+            return None
+    return MaxPool(x, y, (kernel[0], kernel[1]), (strides[0], strides[1]), (pads[0], pads[1], pads[2], pads[3]))
+
+
+def max_pool_body(op: Any) -> str | None:
+    """``op`` as an elementwise maximum of its window's slices of the input padded with -inf, or
+    None for any other op (``max_pool``). The set's own pooling packs its padded input into blocks
+    of 16 channels like a convolution's: MTCNN-ONet spent 150 us of its 490 in dispatches on
+    its three poolings and their packing, ResNet-50's stem pooling 1.65 ms (docs/performance.md).
+
+    The maximum runs at every window position along the width, so each tap is a slice contiguous
+    in the width (one tap read with the stride is a gather: 3 ms for ResNet's stem pooling against
+    0.5 contiguous), and every stride-th column is taken from it. That strided read fuses into
+    the next data-tiled convolution's packing, which then costs that convolution 35-80 us more
+    (MTCNN's); copying the columns out behind an optimization barrier instead cost as much in
+    dispatches, and the gain on ONet and the ResNet with it (docs/performance.md)."""
+    p = max_pool(op)
+    if p is None:
+        return None
+    n, c, h, w = p.x
+    _, _, oh, ow = p.y
+    (kh, kw), (sh, sw) = p.kernel, p.strides
+    top, left = p.pads[:2]
+    hp = max((oh - 1) * sh + kh, h + top)                   # the rows and columns the windows read
+    wp = max((ow - 1) * sw + kw, w + left)
+    fw = wp - kw + 1                                         # window positions along the width
+    x_t, padded = _shape(p.x, "f32"), _shape((n, c, hp, wp), "f32")
+    full, out = _shape((n, c, oh, fw), "f32"), _shape(p.y, "f32")
+    taps = [(a, b) for a in range(kh) for b in range(kw)]
+    slices = "\n    ".join(
+        f"%s{i} = tensor.extract_slice %xp[0, 0, {a}, {b}] [{n}, {c}, {oh}, {fw}] [1, 1, {sh}, 1] : {padded} to {full}"
+        for i, (a, b) in enumerate(taps))
+    identity = "affine_map<(n, c, h, w) -> (n, c, h, w)>"
+    maxima = "\n      ".join(f"%m{i} = arith.maximumf {f'%m{i - 1}' if i > 1 else '%v0'}, %v{i} : f32"
+                             for i in range(1, len(taps)))
+    largest = f"%m{len(taps) - 1}" if len(taps) > 1 else "%v0"
+    columns = "%yf" if fw == ow else "%y"
+    strided = "" if fw == ow else \
+        f"%y = tensor.extract_slice %yf[0, 0, 0, 0] [{n}, {c}, {oh}, {ow}] [1, 1, 1, {sw}] : {full} to {out}"
+    return f"""func.func @max_pool(%xt: {_vt(p.x, "f32")}) -> {_vt(p.y, "f32")} {{
+    %x = torch_c.to_builtin_tensor %xt : {_vt(p.x, "f32")} -> {x_t}
+    %xp = tensor.pad %x low[0, 0, {top}, {left}] high[0, 0, {hp - h - top}, {wp - w - left}] {{
+    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+      %low = arith.constant 0xFF800000 : f32
+      tensor.yield %low : f32
+    }} : {x_t} to {padded}
+    {slices}
+    %e = tensor.empty() : {full}
+    %yf = linalg.generic {{indexing_maps = [{", ".join([identity] * (len(taps) + 1))}], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins({", ".join(f"%s{i}" for i in range(len(taps)))} : {", ".join([full] * len(taps))}) outs(%e : {full}) {{
+    ^bb0({", ".join(f"%v{i}: f32" for i in range(len(taps)))}, %o: f32):
+      {maxima}
+      linalg.yield {largest} : f32
+    }} -> {full}
+    {strided}
+    %yt = torch_c.from_builtin_tensor {columns} : {out} -> {_vt(p.y, "f32")}
+    return %yt : {_vt(p.y, "f32")}
+}}"""

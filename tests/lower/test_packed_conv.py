@@ -1,8 +1,8 @@
-"""Pointwise convolutions, few-channel stride-2 stems and stride-1 convolutions with a non-square
-kernel or few input channels are rewritten for IREE's data-tiled convolutions
-(``lower/packed_conv.py``), only in modules compiled with them: which convolutions match, that
-other flags leave the text alone, and that a host build pinned to the data-tiled-conv set gives
-onnxruntime's values with all three rewrites in its module."""
+"""Pointwise convolutions, few-channel stride-2 stems, stride-1 convolutions with a non-square
+kernel or few input channels, and max poolings are rewritten for IREE's data-tiled convolutions
+(``lower/packed_conv.py``), only in modules compiled with them: which ops match, that other flags
+leave the text alone, and that a host build pinned to the data-tiled-conv set gives onnxruntime's
+values with all four rewrites in its module."""
 
 from __future__ import annotations
 
@@ -64,6 +64,31 @@ def test_only_the_convolutions_the_nchwc_kernel_runs_badly_are_rewritten(model, 
     assert _counts(model, tmp_path) == counts
 
 
+def _pool(x_shape: tuple[int, ...], outputs: int = 1, **attrs) -> onnx.ModelProto:
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"][:outputs], name="pool", **attrs)
+    model = onnx_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                       [helper.make_tensor_value_info(n, TensorProto.FLOAT if n == "y" else TensorProto.INT64, None)
+                        for n in node.output], [])
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize(("model", "rewritten"), [
+    (_pool((1, 64, 112, 112), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), True),   # a ResNet's
+    (_pool((1, 32, 46, 46), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), True),           # MTCNN's
+    (_pool((1, 64, 21, 21), kernel_shape=[3, 3], strides=[2, 2], auto_pad="VALID"), True),
+    (_pool((1, 128, 20, 20), kernel_shape=[5, 5], pads=[2, 2, 2, 2]), True),                    # YOLO's SPPF
+    (_pool((2, 8, 9, 9), kernel_shape=[2, 2], strides=[2, 2]), True),                           # two images
+    (_pool((1, 8, 9, 9), kernel_shape=[3, 3], auto_pad="SAME_UPPER"), False),
+    (_pool((1, 8, 9, 9), kernel_shape=[3, 3], dilations=[2, 2]), False),
+    (_pool((1, 8, 9, 9), outputs=2, kernel_shape=[3, 3]), False),                               # with indices
+    (_pool((1, 8, 9, 9, 9), kernel_shape=[3, 3, 3]), False),                                    # 3-D
+], ids=["resnet", "ceil", "valid", "stride-1", "batch-2", "same", "dilated", "indices", "3-d"])
+def test_max_poolings_are_rewritten_when_static_2d_and_without_indices(model, rewritten, tmp_path):
+    mlir = import_onnx(model, "m", tmp_path, tmp_path / "w.irpa").mlir
+    text, (count,) = depthwise.rewrite_ops(mlir, packed_conv.max_pool_body)
+    assert count == int(rewritten) and ('"onnx.MaxPool"' in text) != rewritten
+
+
 def test_only_a_cpu_module_compiled_with_data_tiled_convolutions_is_rewritten(tmp_path):
     text = import_onnx(_single((64, 32, 1, 1), (1, 32, 14, 14)), "m", tmp_path, tmp_path / "w.irpa").mlir.encode()
     host = Target.host()
@@ -79,7 +104,10 @@ def test_only_a_cpu_module_compiled_with_data_tiled_convolutions_is_rewritten(tm
 def _corners() -> onnx.ModelProto:
     """A 3x3 convolution over RGB without padding (auto_pad VALID), a stem (7x7, stride 2, four
     channels), a strided and a plain pointwise convolution, a 3x3 one over 16 channels and a padded
-    1x3 and a 3x1, each with a bias and a Relu, over an odd-sized image."""
+    1x3 and a 3x1, each with a bias and a Relu, over an odd-sized image; max poolings in place of
+    the first one's Relu (3x3, stride 2, ceil mode: its last windows run into the padding) and the
+    last one's (5x5 at stride 1, padded; then 2x2 at stride 2 over an odd size), over signed
+    values, so a pooling that padded with zeros would show."""
     rng = np.random.default_rng(0)
     layers = [("rgb", (4, 3, 3, 3), dict(auto_pad="VALID")),
               ("stem", (32, 4, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
@@ -88,17 +116,25 @@ def _corners() -> onnx.ModelProto:
               ("spatial", (16, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
               ("row", (16, 16, 1, 3), dict(pads=[0, 1, 0, 1])),
               ("column", (16, 16, 3, 1), {})]
+    pooled = {"rgb": [("rgb.pool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1))],
+              "column": [("spp", dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),
+                         ("halve", dict(kernel_shape=[2, 2], strides=[2, 2]))]}
     nodes, inits, x = [], [], "x"
     for name, shape, attrs in layers:
         w = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
         inits += [numpy_helper.from_array(w.astype(np.float32), f"{name}.w"),
                   numpy_helper.from_array(rng.standard_normal(shape[0]).astype(np.float32), f"{name}.b")]
-        nodes += [helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [f"{name}.c"], name=name,
-                                   kernel_shape=list(shape[2:]), **attrs),
-                  helper.make_node("Relu", [f"{name}.c"], [name], name=f"{name}.relu")]
-        x = name
+        nodes.append(helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [f"{name}.c"], name=name,
+                                      kernel_shape=list(shape[2:]), **attrs))
+        x = f"{name}.c"
+        for pool, pool_attrs in pooled.get(name, []):   # in place of the Relu: over signed values
+            nodes.append(helper.make_node("MaxPool", [x], [pool], name=pool, **pool_attrs))
+            x = pool
+        if name not in pooled:
+            nodes.append(helper.make_node("Relu", [x], [name], name=f"{name}.relu"))
+            x = name
     nodes[-1].output[0] = "y"
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 45, 38])],
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 90, 74])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return onnx.shape_inference.infer_shapes(model)
 
@@ -120,12 +156,14 @@ def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp
     (entry,) = built.bundle.manifest.regions
     assert tuple(entry.flags) == DATA_TILED_CONV
     # the module holds the rewrites: one convolution is left of the seven, and it is the 3x3 over
-    # 16 channels; the stem is a convolution over blocks, the others are matmuls (three over taps)
+    # 16 channels; the stem is a convolution over blocks, the others are matmuls (three over taps);
+    # no pooling is left
     text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_bytes()
     compiled = packed_conv.module_text(Target.host(), text, DATA_TILED_CONV).decode()
     assert compiled.count('"onnx.Conv"') == 1 and compiled.count("linalg.matmul") == 5
     assert compiled.count("linalg.conv_2d_nchw_fchw") == 1 and compiled.count("tensor.concat") == 3
-    x = np.random.default_rng(1).standard_normal((1, 3, 45, 38)).astype(np.float32)
+    assert '"onnx.MaxPool"' in text.decode() and '"onnx.MaxPool"' not in compiled
+    x = np.random.default_rng(1).standard_normal((1, 3, 90, 74)).astype(np.float32)
     want = reference.session(path).run(None, {"x": x})[0]
     with runtime.load(built.bundle.path) as session:
         got = session.run({"x": x})[0]
