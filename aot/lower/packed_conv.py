@@ -1,6 +1,6 @@
-"""Three kinds of convolution, and max pooling, rewritten for IREE's data-tiled convolutions, in llvm-cpu modules
-compiled with them (the tuner's ``data-tiled-conv`` set: ``flags.CONV_DATA_TILING`` and the
-``conv_nchwc`` ukernel).
+"""Three kinds of convolution, and max pooling, rewritten for IREE's data-tiled convolutions, in
+llvm-cpu modules compiled with them (the tuner's ``data-tiled-conv`` set:
+``flags.CONV_DATA_TILING`` and the ``conv_nchwc`` ukernel).
 
 That set packs every convolution's channels in blocks of 16 and runs IREE's NCHWc kernel, which
 on a dense 3x3 convolution over 32-256 channels beats im2col with data tiling (the default's
