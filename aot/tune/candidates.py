@@ -82,7 +82,7 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
             FlagSet("channels-last+data-tiling", (O2, *CHANNELS_LAST, DATA_TILING)),
             # IREE's NCHWc convolution kernel; its module gets lower/packed_conv.py's rewrites for
             # the convolutions that fall off that kernel (pointwise ones, RGB stems, non-square
-            # kernels and few input channels at stride 1).
+            # kernels and few input channels at stride 1) and for max poolings.
             FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)),
         ]
     if conv and wide:
