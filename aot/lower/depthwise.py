@@ -190,11 +190,11 @@ def accumulator_init(bias: bool, channels: int, t: str, out: str, channel_map: s
 
 
 def zero_pad(result: str, source: str, low: tuple[int, ...], high: tuple[int, ...], source_type: str,
-             padded_type: str, t: str) -> str:
-    """``%result = tensor.pad %source`` with zeros."""
+             padded_type: str, t: str, value: str = "0.0") -> str:
+    """``%result = tensor.pad %source`` with zeros (or with ``value``, an MLIR literal of type ``t``)."""
     return f"""%{result} = tensor.pad %{source} low{list(low)} high{list(high)} {{
     ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
-      %pad = arith.constant 0.0 : {t}
+      %pad = arith.constant {value} : {t}
       tensor.yield %pad : {t}
     }} : tensor<{source_type}> to tensor<{padded_type}>"""
 

@@ -52,6 +52,7 @@ PACKED_CONV_VERSION = 3
 FEW_INPUT_CHANNELS = 4
 # The gathered input is the kernel's taps times the input: up to a 7x7 kernel's.
 MAX_TAPS = 49
+NEG_INF = "0xFF800000"   # f32 -inf: what a max pooling's padding reads as
 _CONVOLUTION_TILING = next(f for f in CONV_DATA_TILING if f.endswith("=convolution"))
 
 
@@ -97,10 +98,10 @@ def _prologue(name: str, c: ConvOperands) -> str:
     %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> {_shape(c.w, t)}"""
 
 
-def _epilogue(result: str, c: ConvOperands) -> str:
-    """Return ``result``, the convolution's value as a builtin tensor."""
-    return f"""    %yt = torch_c.from_builtin_tensor {result} : {_shape(c.y, c.dtype)} -> {_vt(c.y, c.dtype)}
-    return %yt : {_vt(c.y, c.dtype)}
+def _epilogue(result: str, y: tuple[int, ...], t: str) -> str:
+    """Return ``result``, the rewritten op's value (``y`` of ``t``) as a builtin tensor."""
+    return f"""    %yt = torch_c.from_builtin_tensor {result} : {_shape(y, t)} -> {_vt(y, t)}
+    return %yt : {_vt(y, t)}
 }}"""
 
 
@@ -147,7 +148,7 @@ def pointwise_body(op: Any) -> str | None:
     {init}
     %y2 = linalg.matmul ins(%w2, %x2 : {_shape((cout, cin), t)}, {_shape((cin, pixels), t)}) outs(%init : {out2}) -> {out2}
     %y = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {ow}] : {out2} into {_shape(c.y, t)}
-{_epilogue("%y", c)}"""
+{_epilogue("%y", c.y, c.dtype)}"""
 
 
 def _init_2d(bias: bool, channels: int, t: str, out: str) -> str:
@@ -208,7 +209,7 @@ def stem_body(op: Any) -> str | None:
     {init}
     %yf = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}} ins(%xs, %ws : {x_s2d}, {w_s2d}) outs(%init : tensor<{full}>) -> tensor<{full}>
     {crop}
-{_epilogue(result, c)}"""
+{_epilogue(result, c.y, c.dtype)}"""
 
 
 def shifted(op: Any) -> ConvOperands | None:
@@ -267,7 +268,7 @@ def shifted_body(op: Any) -> str | None:
     %y2 = linalg.matmul ins(%w2, %x2 : {wk}, {col}) outs(%init : {out2}) -> {out2}
     %yg = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {wp}] : {out2} into {grid}
     {crop}
-{_epilogue(result, c)}"""
+{_epilogue(result, c.y, c.dtype)}"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +330,9 @@ def max_pool_body(op: Any) -> str | None:
     hp = max((oh - 1) * sh + kh, h + top)                   # the rows and columns the windows read
     wp = max((ow - 1) * sw + kw, w + left)
     fw = wp - kw + 1                                         # window positions along the width
-    x_t, padded = _shape(p.x, "f32"), _shape((n, c, hp, wp), "f32")
+    padded = _shape((n, c, hp, wp), "f32")
+    pad = zero_pad("xp", "x", (0, 0, top, left), (0, 0, hp - h - top, wp - w - left), _dims(p.x, "f32"),
+                   _dims((n, c, hp, wp), "f32"), "f32", value=NEG_INF)
     full, out = _shape((n, c, oh, fw), "f32"), _shape(p.y, "f32")
     taps = [(a, b) for a in range(kh) for b in range(kw)]
     slices = "\n    ".join(
@@ -343,12 +346,8 @@ def max_pool_body(op: Any) -> str | None:
     strided = "" if fw == ow else \
         f"%y = tensor.extract_slice %yf[0, 0, 0, 0] [{n}, {c}, {oh}, {ow}] [1, 1, 1, {sw}] : {full} to {out}"
     return f"""func.func @max_pool(%xt: {_vt(p.x, "f32")}) -> {_vt(p.y, "f32")} {{
-    %x = torch_c.to_builtin_tensor %xt : {_vt(p.x, "f32")} -> {x_t}
-    %xp = tensor.pad %x low[0, 0, {top}, {left}] high[0, 0, {hp - h - top}, {wp - w - left}] {{
-    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
-      %low = arith.constant 0xFF800000 : f32
-      tensor.yield %low : f32
-    }} : {x_t} to {padded}
+    %x = torch_c.to_builtin_tensor %xt : {_vt(p.x, "f32")} -> {_shape(p.x, "f32")}
+    {pad}
     {slices}
     %e = tensor.empty() : {full}
     %yf = linalg.generic {{indexing_maps = [{", ".join([identity] * (len(taps) + 1))}], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins({", ".join(f"%s{i}" for i in range(len(taps)))} : {", ".join([full] * len(taps))}) outs(%e : {full}) {{
@@ -357,6 +356,4 @@ def max_pool_body(op: Any) -> str | None:
       linalg.yield {largest} : f32
     }} -> {full}
     {strided}
-    %yt = torch_c.from_builtin_tensor {columns} : {out} -> {_vt(p.y, "f32")}
-    return %yt : {_vt(p.y, "f32")}
-}}"""
+{_epilogue(columns, p.y, "f32")}"""
