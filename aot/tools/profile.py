@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import re
 import subprocess
 import tempfile
@@ -29,6 +30,11 @@ _MODES = {"local-task": "host-execution", "local-sync": "host-execution"}
 _DEVICE_MODE = "dispatch-events"
 _US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _SHAPE_OR_TYPE = re.compile(r"[\dx]*(x?[fiu]\d+)?")   # 12x80x240x5x5, 40x6625xf32, f32, i64
+_SIZES = re.compile(r"\d+(x\d+)*")
+# Kinds whose root op is a contraction: one multiply-add per point of the loop ranges in the name.
+CONTRACTIONS = frozenset({"matmul", "matmul_like", "matmul_transpose_b", "batch_matmul", "batch_matmul_like",
+                          "batch_matmul_transpose_b", "matvec", "matvec_like", "vecmat", "vecmat_like", "conv",
+                          "mmt4d", "batch_mmt4d"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,12 @@ class DispatchTime:
     @property
     def kind(self) -> str:
         return dispatch_kind(self.name)
+
+    @property
+    def gflop_per_s(self) -> float | None:
+        """The rate of the work the name states (``work_flops``), or None where it states none."""
+        flops = work_flops(self.name)
+        return flops * self.calls / self.us / 1e3 if flops and self.us > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +84,7 @@ class Profile:
                          f"{r.total_us / 1e3:.3f} ms in dispatches ({100 * r.total_us / r.wall_us:.0f}%)")
             lines.append("  by kind: " + _shares(by_kind(r.dispatches), r.total_us))
             lines += [f"  {d.us:9.1f} us {100 * d.us / r.total_us:5.1f}%  x{d.calls:g}  {d.name.split('$')[-1]}"
+                      + (f"  {rate:.0f} GFLOP/s" if (rate := d.gflop_per_s) is not None else "")
                       for d in r.dispatches[:top]]
         ort_total = sum(us for _, us in self.onnxruntime)
         lines.append(f"onnxruntime (cpu, default threads): {self.onnxruntime_wall_us / 1e3:.3f} ms per run")
@@ -83,15 +96,33 @@ class Profile:
                 "onnxruntime_kernel_us": dict(self.onnxruntime),
                 "regions": [{"region": r.region, "target": r.target, "driver": r.driver, "runs": r.runs,
                              "wall_us": r.wall_us, "dispatch_us": r.total_us, "by_kind_us": dict(by_kind(r.dispatches)),
-                             "dispatches": [{"name": d.name, "calls": d.calls, "us": d.us} for d in r.dispatches]}
+                             "dispatches": [{"name": d.name, "calls": d.calls, "us": d.us, "gflop_per_s": d.gflop_per_s}
+                                            for d in r.dispatches]}
                             for r in self.regions]}
 
 
 def dispatch_kind(name: str) -> str:
     """``r0$async_dispatch_22_conv_12x80x240x5x5_f32`` -> ``conv``: IREE names a dispatch after its
     root op and shapes; the kind is the name without its number, sizes and element type."""
-    tail = re.sub(r"^.*?dispatch_\d+_?", "", name.split("$")[-1]).split("_dispatch")[0]
-    return "_".join(t for t in tail.split("_") if not _SHAPE_OR_TYPE.fullmatch(t)) or "other"
+    return "_".join(t for t in _root(name) if not _SHAPE_OR_TYPE.fullmatch(t)) or "other"
+
+
+def _root(name: str) -> list[str]:
+    """The words of a dispatch's name that describe its root op: after the dispatch's number,
+    before any suffix IREE appends (``_dispatch_tensor_store``)."""
+    return re.sub(r"^.*?dispatch_\d+_?", "", name.split("$")[-1]).split("_dispatch")[0].split("_")
+
+
+def work_flops(name: str) -> int | None:
+    """Floating-point operations per call of a contraction dispatch, from its name: two per point
+    of the root op's loop ranges (``conv_64x112x112x12x4x4_f32``: output channels, rows, columns,
+    input channels and the kernel's taps; IREE leaves unit dims out of names, and out of the
+    product they change nothing). The padding data tiling adds is not in it, so a rate read from
+    it is the rate of the work the op states. None for any other kind, or sizes not in the name."""
+    if dispatch_kind(name) not in CONTRACTIONS:
+        return None
+    sizes = [t for t in _root(name) if _SIZES.fullmatch(t)]
+    return 2 * math.prod(int(d) for d in sizes[-1].split("x")) if sizes else None
 
 
 def by_kind(dispatches: tuple[DispatchTime, ...]) -> tuple[tuple[str, float], ...]:

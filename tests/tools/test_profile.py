@@ -4,13 +4,14 @@ onnxruntime's kernel shares."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from conftest import run_aot
 
 from aot.errors import AotError
-from aot.tools.profile import _dispatches, by_kind, dispatch_kind, profile_bundle
+from aot.tools.profile import DispatchTime, Profile, RegionProfile, _dispatches, by_kind, dispatch_kind, profile_bundle, work_flops
 
 
 def test_dispatch_kind_drops_number_shapes_and_element_type():
@@ -19,6 +20,28 @@ def test_dispatch_kind_drops_number_shapes_and_element_type():
     assert dispatch_kind("r1$async_dispatch_0_elementwise_broadcast_10_i64") == "elementwise_broadcast"
     assert dispatch_kind("main$async_dispatch_3_matmul_like_6x80x480x480_f32") == "matmul_like"
     assert dispatch_kind("r0$async_dispatch_7") == "other"
+
+
+def test_a_contraction_is_rated_on_the_work_its_name_states():
+    # a 4x4 convolution over 12 channels to 64 at 112x112: 2 flops per output, channel and tap
+    assert work_flops("r0$async_dispatch_2_conv_64x112x112x12x4x4_f32") == 2 * 64 * 112 * 112 * 12 * 16
+    assert work_flops("main$async_dispatch_3_matmul_like_6x80x480x480_f32") == 2 * 6 * 80 * 480 * 480
+    # the dispatch's own number is not a size, a suffix is not part of the root op, and
+    # data movement and elementwise work are not rated
+    assert work_flops("r0$async_dispatch_7_matmul_f32") is None
+    assert work_flops("r0$async_dispatch_3_elementwise_1x64x56x111_f32") is None
+    assert work_flops("r0$_encoding_39_encode_512x196xf32_to_512x196xf32") is None
+    conv = DispatchTime("r0$async_dispatch_2_conv_8x4x4x8x3x3_f32", calls=2.0, us=4.0)   # 18,432 flops a call
+    assert conv.gflop_per_s == pytest.approx(2 * 18_432 / 4.0 / 1e3)
+    assert DispatchTime("r0$async_dispatch_3_elementwise_8_f32", 1.0, 1.0).gflop_per_s is None
+    region = RegionProfile("r0", "llvm-cpu:host", "local-task", 1, 10.0,
+                           (conv, DispatchTime("r0$async_dispatch_3_elementwise_8_f32", 1.0, 1.0)))
+    profile = Profile("m", (region,), 5.0, (("Conv", 4.0),))
+    lines = profile.text().splitlines()
+    assert next(line for line in lines if "conv_8x4x4x8x3x3" in line).endswith("9 GFLOP/s")
+    assert "GFLOP/s" not in next(line for line in lines if "elementwise_8" in line)
+    rates = [d["gflop_per_s"] for d in profile.to_json()["regions"][0]["dispatches"]]
+    assert rates == [pytest.approx(9.216), None]
 
 
 def test_statistics_rows_become_per_run_times_slowest_first():
@@ -46,6 +69,8 @@ def test_profile_times_each_region_on_its_device(vulkan_bundle, example_model, t
         assert all(d["calls"] >= 1 for d in r["dispatches"])
     vulkan = next(r for r in data["regions"] if r["driver"] == "vulkan")
     assert "conv" in vulkan["by_kind_us"]         # the CNN's convolutions run on the accelerator
+    rates = [d["gflop_per_s"] for d in vulkan["dispatches"] if dispatch_kind(d["name"]) == "conv"]
+    assert rates and all(math.isfinite(r) and r > 0 for r in rates), rates
     assert "Conv" in data["onnxruntime_kernel_us"] and data["onnxruntime_wall_us"] > 0
     # Conv is in the printed shares; not necessarily first: 3 runs of a tiny CNN on a loaded machine
     # let a preempted Relu outweigh it (seen once in a make test run)
