@@ -93,3 +93,24 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
             FlagSet("qdq-integer", (QDQ_INTEGER, *base)),
         ]
     return found
+
+
+# IREE refuses a dispatch whose vectors or stack outgrow its limits (32 KiB each), and the size it
+# vectorises at follows its work split: data tiling's packing of a 1x1 convolution's input over a
+# map whose pixels are no multiple of 16 (PP-OCR-det's 48 x 6,400) is read as one 48 x 640
+# vector at IREE's default split and at 16 threads, 48 x 160 at 64 (docs/performance.md).
+# A set refused this way is compiled again with its work split for more threads, in turn, and
+# kept with the first that compiles (the flags it compiled with are the ones pinned).
+REFUSED_AT_THIS_SPLIT = ("operations with large vector sizes", "exceeded stack allocation limit")
+FINER_SPLITS = (64, 256)
+
+
+def refused_at_this_split(stderr: str) -> bool:
+    """IREE's diagnostics say the dispatch outgrew a limit a finer work split may keep it under."""
+    return any(words in stderr for words in REFUSED_AT_THIS_SPLIT)
+
+
+def split_finer(s: FlagSet, split: int) -> FlagSet:
+    """``s`` with its work split for ``split`` threads (in place of any split it names)."""
+    name = threads(split).split("=")[0]
+    return FlagSet(f"{s.name}+split={split}", (*(f for f in s.flags if f.split("=")[0] != name), threads(split)))

@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from aot.checks.compare import VERIFY_RTOL
+from aot.errors import CompileError
 from aot.lower import flags, packed_conv
 from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
@@ -27,7 +28,7 @@ from aot.frontend.source import OpFamily
 from aot.record import TuneCandidate, Tuning
 from aot.runtime import codec
 from aot.runtime.manifest import Manifest, RegionEntry
-from aot.tune.candidates import FlagSet, candidates
+from aot.tune.candidates import FINER_SPLITS, FlagSet, candidates, refused_at_this_split, split_finer
 from aot.tune.progress import Steps
 from aot.runtime.atomic import write_json
 
@@ -90,8 +91,12 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
         how = "from the cache" if seconds is None else f"in {seconds:.1f}s" if ok else f"FAILED after {seconds:.1f}s"
         steps.done(f"{job.region} compiled {job.label} {how}")
 
-    compiled = iter(compile_many(jobs, cache, accel_timeout=settings.accel_timeout, executor=executor,
-                                 compiled=compiled_one))
+    def compile_(batch: list[CompileJob]) -> list[CompiledRegion | CompileError]:
+        return compile_many(batch, cache, accel_timeout=settings.accel_timeout, executor=executor,
+                            compiled=compiled_one)
+
+    todo, results = _split_finer_where_refused(todo, compile_(jobs), compile_, mlir_of, steps)
+    compiled = iter(results)
     for r, sets, record in todo:
         outcomes = [next(compiled) for _ in sets]
         tuning = _measure(staged_dir, manifest, r, sets, outcomes, reference, settings, _Reporter(r.name, steps))
@@ -103,14 +108,47 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
     return found
 
 
+Todo = list[tuple[RegionEntry, tuple[FlagSet, ...], Path]]
+
+
+def _split_finer_where_refused(todo: Todo, results: list[CompiledRegion | CompileError],
+                               compile_: Callable[[list[CompileJob]], list[CompiledRegion | CompileError]],
+                               mlir_of: Callable[[str], Path], steps: Steps
+                               ) -> tuple[Todo, list[CompiledRegion | CompileError]]:
+    """Each host candidate IREE refused at its work split (``candidates.refused_at_this_split``)
+    compiled again split finer, one ``FINER_SPLITS`` step at a time; the first that compiles takes
+    its place under the flags it compiled with, and one that never does stays rejected as it was."""
+    regions = [r for r, sets, _ in todo for _ in sets]
+    sets = [s for _, region_sets, _ in todo for s in region_sets]
+    results = list(results)
+    for split in FINER_SPLITS:
+        refused = [i for i, o in enumerate(results) if isinstance(o, CompileError) and regions[i].target.is_host
+                   and refused_at_this_split(o.stderr_tail)]
+        if not refused:
+            break
+        finer = [split_finer(sets[i], split) for i in refused]
+        steps.total += len(refused)
+        retried = compile_([CompileJob(regions[i].name, mlir_of(regions[i].name), regions[i].target, f.flags,
+                                       label=f.name) for i, f in zip(refused, finer)])
+        for i, f, outcome in zip(refused, finer, retried):
+            if isinstance(outcome, CompiledRegion):
+                sets[i], results[i] = f, outcome
+    regrouped, start = [], 0
+    for r, region_sets, record in todo:
+        regrouped.append((r, tuple(sets[start:start + len(region_sets)]), record))
+        start += len(region_sets)
+    return regrouped, results
+
+
 def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...], settings: TuneSettings) -> str:
     # The target's own flags too: a change there (say, hoisting limits) changes every candidate.
     # A set whose module is rewritten before it compiles (lower/packed_conv.py) carries the
-    # rewrite's version: its timings were of the text that version wrote.
+    # rewrite's version: its timings were of the text that version wrote. The finer splits a
+    # refused set is compiled again with: a record kept before them holds its refusal.
     parts = [text, str(region.target), " ".join(flags.compile_flags(region.target, opt=())), driver,
              device_identity(driver), compiler_version(),
              json.dumps([[s.name, *s.flags, *packed_conv.key_tag(region.target, s.flags)] for s in sets]),
-             f"{settings.repeats}/{settings.warmup}"]
+             f"{settings.repeats}/{settings.warmup}", f"finer splits {FINER_SPLITS}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

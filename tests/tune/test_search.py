@@ -150,3 +150,45 @@ def test_a_new_packed_conv_rewrite_times_the_sets_it_rewrites_again_and_only_tho
     monkeypatch.setattr(packed_conv, "PACKED_CONV_VERSION", packed_conv.PACKED_CONV_VERSION + 1)
     after = [search._key("module", host, "local-task", (s,), settings) for s in (tiled, plain)]
     assert before[0] != after[0] and before[1] == after[1]
+
+
+def test_a_set_iree_refuses_at_its_work_split_is_compiled_again_split_finer_and_pinned_so():
+    from aot.lower import flags
+    from aot.tune.candidates import FINER_SPLITS
+    from aot.tune.progress import Steps
+
+    manifest = _host_manifest()
+    region = manifest.regions[0]
+    sets = (FlagSet("default", ()), FlagSet("tiled", ("--tile",)), FlagSet("split=2", ("--tile", flags.threads(2))),
+            FlagSet("unknown", ("--no-such-flag",)))
+    large = "<stdin>:9:1: error: One or more operations with large vector sizes (32768 bytes) were found:"
+    compiles: list[tuple[str, tuple[str, ...]]] = []
+
+    def compile_(batch):
+        # IREE's refusal until the split is for the last of FINER_SPLITS' thread counts
+        out = []
+        for job in batch:
+            compiles.append((job.label, job.opt))
+            if "--no-such-flag" in job.opt:
+                out.append(CompileError("r0", ["iree-compile"], 1, "error: Unknown command line argument"))
+            elif "--tile" in job.opt and flags.threads(FINER_SPLITS[-1]) not in job.opt:
+                out.append(CompileError("r0", ["iree-compile"], 1, large))
+            else:
+                out.append(_compiled(job.label))
+        return out
+
+    todo = [(region, sets, Path("/nowhere/record.json"))]
+    steps = Steps(10, lambda line: None)
+    first = compile_([search.CompileJob("r0", Path("/nowhere"), region.target, s.flags, s.name) for s in sets])
+    regrouped, results = search._split_finer_where_refused(todo, first, compile_, lambda r: Path("/nowhere"), steps)
+    (_, kept, _), = regrouped
+    last = FINER_SPLITS[-1]
+    # each refused set is tried at every finer split in turn; the failure IREE would give at any
+    # split (an unknown flag) is not retried, and the default compiled as it was
+    retried = [label for label, _ in compiles[len(sets):]]
+    assert retried == [f"{s}+split={n}" for n in FINER_SPLITS for s in ("tiled", "split=2")]
+    assert [s.name for s in kept] == ["default", f"tiled+split={last}", f"split=2+split={last}", "unknown"]
+    # the split replaces the one a set named, so the pinned flags hold one split, the finest tried
+    assert kept[1].flags == ("--tile", flags.threads(last)) and kept[2].flags == ("--tile", flags.threads(last))
+    assert [isinstance(o, CompiledRegion) for o in results] == [True, True, True, False]
+    assert steps.total == 10 + 2 * len(FINER_SPLITS)
