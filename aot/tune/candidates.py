@@ -110,7 +110,15 @@ def refused_at_this_split(stderr: str) -> bool:
     return any(words in stderr for words in REFUSED_AT_THIS_SPLIT)
 
 
+SPLIT_TAG = "+split="
+
+
 def split_finer(s: FlagSet, split: int) -> FlagSet:
     """``s`` with its work split for ``split`` threads (in place of any split it names)."""
     name = threads(split).split("=")[0]
-    return FlagSet(f"{s.name}+split={split}", (*(f for f in s.flags if f.split("=")[0] != name), threads(split)))
+    return FlagSet(f"{s.name}{SPLIT_TAG}{split}", (*(f for f in s.flags if f.split("=")[0] != name), threads(split)))
+
+
+def offered_as(name: str) -> str:
+    """The set a candidate was offered as: ``data-tiling+split=64`` -> ``data-tiling``."""
+    return name.split(SPLIT_TAG)[0]

@@ -33,7 +33,7 @@ from aot.partition.segments import Segment
 from aot.record import FlagPlan, SegmentGroup, SegmentTuning, Tuning
 from aot.runtime.atomic import write_json
 from aot.runtime.manifest import HostRuntime
-from aot.tune.candidates import FlagSet
+from aot.tune.candidates import FlagSet, offered_as
 from aot.tune.search import MIN_GAIN, TuneSettings, device_identity, run_probe
 
 # Candidates compiled and timed per group, the baseline (the source region's winner) included.
@@ -94,9 +94,13 @@ def _fresh(name: str, taken: set[str]) -> str:
 def narrowed(baseline: str, ranked: tuple[str, ...], offered: tuple[FlagSet, ...], bound: int) -> tuple[FlagSet, ...]:
     """The sets a group tries: the source region's winner first (by name: a group without
     convolutions gets that set's spelling for its content), then the others in the order the whole
-    region's search ranked them (sets it never saw last, in their own order), ``bound`` in all."""
-    first = next((s for s in offered if s.name == baseline), offered[0])
-    rank = {name: i for i, name in enumerate(ranked)}
+    region's search ranked them (sets it never saw last, in their own order), ``bound`` in all.
+    A set the region's search compiled split finer is offered as itself: the group's search
+    splits it again if IREE refuses the group at its own split."""
+    first = next((s for s in offered if s.name == offered_as(baseline)), offered[0])
+    rank: dict[str, int] = {}
+    for i, name in enumerate(ranked):
+        rank.setdefault(offered_as(name), i)
     rest = sorted((s for s in offered if s is not first), key=lambda s: rank.get(s.name, len(rank)))
     return (first, *rest)[:max(bound, 1)]
 

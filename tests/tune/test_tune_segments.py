@@ -31,6 +31,11 @@ def test_a_group_tries_the_regions_winner_first_then_its_ranking_within_the_boun
     chosen = tseg.narrowed(tuning.winner, tseg.ranking(tuning), offered, 4)
     assert [s.name for s in chosen] == ["O3", "O2", "default", "slow"]
     assert [s.name for s in tseg.narrowed("gone", (), offered, 3)] == ["default", "O2", "O3"]
+    # a winner compiled split finer (IREE refused it at its own split) is offered as the set it was
+    split = Tuning("dt+split=64", 40.0, 100.0, "cpu", (
+        TuneCandidate("default", (), 100.0, 0.0, None), TuneCandidate("O2", ("-a",), 60.0, 0.0, None),
+        TuneCandidate("dt+split=64", ("-c", "-split"), 40.0, 0.0, None)))
+    assert [s.name for s in tseg.narrowed(split.winner, tseg.ranking(split), offered, 3)] == ["dt", "O2", "default"]
 
 
 def _chain_view() -> GraphView:
