@@ -103,14 +103,12 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
 # kept with the first that compiles (the flags it compiled with are the ones pinned).
 REFUSED_AT_THIS_SPLIT = ("operations with large vector sizes", "exceeded stack allocation limit")
 FINER_SPLITS = (64, 256)
+SPLIT_TAG = "+split="   # data-tiling+split=64: the set offered, compiled with the split named
 
 
 def refused_at_this_split(stderr: str) -> bool:
     """IREE's diagnostics say the dispatch outgrew a limit a finer work split may keep it under."""
     return any(words in stderr for words in REFUSED_AT_THIS_SPLIT)
-
-
-SPLIT_TAG = "+split="
 
 
 def split_finer(s: FlagSet, split: int) -> FlagSet:
