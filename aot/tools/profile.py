@@ -32,7 +32,7 @@ _US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _SHAPE_OR_TYPE = re.compile(r"[\dx]*(x?[fiu]\d+)?")   # 12x80x240x5x5, 40x6625xf32, f32, i64
 _SIZES = re.compile(r"\d+(x\d+)*")
 # Kinds whose root op is a contraction: one multiply-add per point of the loop ranges in the name.
-CONTRACTIONS = frozenset({"matmul", "matmul_like", "matmul_transpose_b", "batch_matmul", "batch_matmul_like",
+_CONTRACTIONS = frozenset({"matmul", "matmul_like", "matmul_transpose_b", "batch_matmul", "batch_matmul_like",
                           "batch_matmul_transpose_b", "matvec", "matvec_like", "vecmat", "vecmat_like", "conv",
                           "mmt4d", "batch_mmt4d"})
 
@@ -119,7 +119,7 @@ def work_flops(name: str) -> int | None:
     input channels and the kernel's taps; IREE leaves unit dims out of names, and out of the
     product they change nothing). The padding data tiling adds is not in it, so a rate read from
     it is the rate of the work the op states. None for any other kind, or sizes not in the name."""
-    if dispatch_kind(name) not in CONTRACTIONS:
+    if dispatch_kind(name) not in _CONTRACTIONS:
         return None
     sizes = [t for t in _root(name) if _SIZES.fullmatch(t)]
     return 2 * math.prod(int(d) for d in sizes[-1].split("x")) if sizes else None

@@ -6,6 +6,7 @@ tuning an unchanged region again compiles nothing and times nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -95,7 +96,7 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
         return compile_many(batch, cache, accel_timeout=settings.accel_timeout, executor=executor,
                             compiled=compiled_one)
 
-    todo, results = _split_finer_where_refused(todo, compile_(jobs), compile_, mlir_of, steps)
+    todo, results = _split_finer_where_refused(todo, jobs, compile_(jobs), compile_, steps)
     compiled = iter(results)
     for r, sets, record in todo:
         outcomes = [next(compiled) for _ in sets]
@@ -111,25 +112,23 @@ def tune_regions(staged_dir: Path, manifest: Manifest, reference: dict[str, np.n
 Todo = list[tuple[RegionEntry, tuple[FlagSet, ...], Path]]
 
 
-def _split_finer_where_refused(todo: Todo, results: list[CompiledRegion | CompileError],
+def _split_finer_where_refused(todo: Todo, jobs: list[CompileJob], results: list[CompiledRegion | CompileError],
                                compile_: Callable[[list[CompileJob]], list[CompiledRegion | CompileError]],
-                               mlir_of: Callable[[str], Path], steps: Steps
-                               ) -> tuple[Todo, list[CompiledRegion | CompileError]]:
+                               steps: Steps) -> tuple[Todo, list[CompiledRegion | CompileError]]:
     """Each host candidate IREE refused at its work split (``candidates.refused_at_this_split``)
     compiled again split finer, one ``FINER_SPLITS`` step at a time; the first that compiles takes
-    its place under the flags it compiled with, and one that never does stays rejected as it was."""
-    regions = [r for r, sets, _ in todo for _ in sets]
+    its place under the flags it compiled with, and one that never does stays rejected as it was.
+    ``jobs``: the candidates' compiles, in ``todo``'s order; ``results``: theirs."""
     sets = [s for _, region_sets, _ in todo for s in region_sets]
     results = list(results)
     for split in FINER_SPLITS:
-        refused = [i for i, o in enumerate(results) if isinstance(o, CompileError) and regions[i].target.is_host
+        refused = [i for i, o in enumerate(results) if isinstance(o, CompileError) and jobs[i].target.is_host
                    and refused_at_this_split(o.stderr_tail)]
         if not refused:
             break
         finer = [split_finer(sets[i], split) for i in refused]
         steps.total += len(refused)
-        retried = compile_([CompileJob(regions[i].name, mlir_of(regions[i].name), regions[i].target, f.flags,
-                                       label=f.name) for i, f in zip(refused, finer)])
+        retried = compile_([dataclasses.replace(jobs[i], opt=f.flags, label=f.name) for i, f in zip(refused, finer)])
         for i, f, outcome in zip(refused, finer, retried):
             if isinstance(outcome, CompiledRegion):
                 sets[i], results[i] = f, outcome

@@ -179,8 +179,8 @@ def test_a_set_iree_refuses_at_its_work_split_is_compiled_again_split_finer_and_
 
     todo = [(region, sets, Path("/nowhere/record.json"))]
     steps = Steps(10, lambda line: None)
-    first = compile_([search.CompileJob("r0", Path("/nowhere"), region.target, s.flags, s.name) for s in sets])
-    regrouped, results = search._split_finer_where_refused(todo, first, compile_, lambda r: Path("/nowhere"), steps)
+    jobs = [search.CompileJob("r0", Path("/nowhere"), region.target, s.flags, s.name) for s in sets]
+    regrouped, results = search._split_finer_where_refused(todo, jobs, compile_(jobs), compile_, steps)
     (_, kept, _), = regrouped
     last = FINER_SPLITS[-1]
     # each refused set is tried at every finer split in turn; the failure IREE would give at any
