@@ -13,7 +13,9 @@ collection's own (``WORK/cache``, kept between runs, so a resumed, repeated or w
 collection compiles only what it has not compiled before), or ``AOT_CACHE_DIR``'s.
 Timing holds the cross-process lock: two collectors never time at once. Each row carries, beside
 the end-to-end median, each region's median on its device (``CheckSession.profile``: every region
-timed alone on the real intermediates of a run), under the region's digest.
+timed alone on the real intermediates of a run), under the region's digest. A host set IREE
+refuses at its work split is built again split finer, as the tuner builds it, and its row keeps
+the plan that ran (``built_splitting_where_refused``).
 """
 
 from __future__ import annotations
@@ -29,19 +31,21 @@ from typing import Callable, Iterator
 
 from aot.checks import reference, timing
 from aot.checks.session import CheckSession
-from aot.errors import AotError, PartitionError
+from aot.errors import AotError, CompileError, PartitionError
 from aot.learn import db as costdb
 from aot.learn.host_plans import MIXED_PER_CUT, host_plans
 from aot.learn.key import PlanKey, as_stored, device_fingerprint, key_of, region_digest
+from aot.lower.flags import FINER_SPLITS
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition.order import OrderMode
 from aot.partition import select as selection
 from aot.partition.partitioner import make_plan, partition, plan_from_groups, single_region_plan
-from aot.partition.plan import GateMode, Plan, validate
+from aot.partition.plan import GateMode, Plan, Region, validate
 from aot.partition.support import ACCEL, HOST
-from aot.pipeline import Planned, build_planned, plan_model
+from aot.pipeline import BuildResult, Planned, build_planned, plan_model
 from aot.runtime import manifest as mf
+from aot.tune.candidates import FlagSet, refused_at_this_split, split_finer
 
 Progress = Callable[[str], None]
 MIN_COMPUTE_SWEEP = (1, 2, 4, 8)
@@ -137,6 +141,33 @@ class Measuring:
     fingerprint: str
 
 
+def built_splitting_where_refused(planned: Planned, cand: Candidate, out: Path, options: BuildOptions,
+                                  cache: Path) -> tuple[BuildResult, Candidate]:
+    """Build ``cand``; a host region whose pinned set IREE refuses at its work split is built again
+    split finer (``flags.FINER_SPLITS``, in turn), as the tuner compiles such a set
+    (``tune/search.py``), so the row holds the plan that ran, under its own key. A region still
+    refused at the last split, or any other failure, raises as before."""
+    plan, at = cand.plan, dict[str, int]()      # region -> the FINER_SPLITS index it is built at now
+
+    def split(r: Region) -> FlagSet:
+        return split_finer(FlagSet(r.name, r.flags or ()), FINER_SPLITS[at[r.name]])
+
+    while True:
+        try:
+            result = build_planned(dataclasses.replace(planned, plan=plan), out, options, cache=cache)
+            return result, Candidate(" ".join((cand.origin, *(split(r).name for r in cand.plan.regions if r.name in at))),
+                                     plan)
+        except CompileError as e:
+            region = next((r for r in cand.plan.regions if r.name == e.region), None)
+            step = at.get(e.region, -1) + 1
+            if (region is None or region.device != HOST or region.flags is None or step == len(FINER_SPLITS)
+                    or not refused_at_this_split(e.stderr_tail)):
+                raise
+            at[e.region] = step
+            plan = dataclasses.replace(cand.plan, regions=tuple(
+                dataclasses.replace(r, flags=split(r).flags) if r.name in at else r for r in cand.plan.regions))
+
+
 def measuring(model: str | Path, options: BuildOptions) -> Measuring:
     from aot import api
 
@@ -179,8 +210,13 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
         for i, (cand, key) in enumerate(todo):
             out = work / f"c{i}"
             try:
-                result = build_planned(dataclasses.replace(planned, plan=cand.plan), out, options,
-                                       cache=work / CACHE)
+                result, cand = built_splitting_where_refused(planned, cand, out, options, work / CACHE)
+                if cand.plan != todo[i][0].plan:
+                    key = key_of(planned.view, cand.plan, fingerprint)
+                    if known.get(key.key, 0) >= repeats or key.key in seen:
+                        skipped += 1
+                        continue
+                    seen.add(key.key)
                 manifest = result.bundle.manifest
                 inputs = reference.random_inputs(manifest.inputs, seed=0)
                 with costdb.timing_lock(database):

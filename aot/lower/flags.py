@@ -73,6 +73,12 @@ def threads(cores: int) -> str:
     return f"{dict(DECISIONS)['threads']}={cores}"
 
 
+# The finer work splits a host set IREE refuses at its own split is compiled again with, in turn
+# (tune/candidates.py: the size IREE vectorises a packing at follows the split). A set compiled at
+# one is still that set: ``flag_key`` leaves the split out.
+FINER_SPLITS = (64, 256)
+
+
 # IREE's static scheduling statistics (CSV). Every compile prints them into its log (an empty file
 # name is stderr) and the memory record reads each module's transient bytes from them
 # (lower/footprint.py); a statistics-only compile prints them to stdout instead.
@@ -156,8 +162,9 @@ def recurrence(op: str, x: tuple[int, ...], hidden: int, bidirectional: bool, ba
 def flag_key(flags: tuple[str, ...]) -> tuple[str, ...]:
     """A flag set's identity on any model, for counting wins and losses across models: its flags
     sorted, without the convolution base every conv region's sets carry (IM2COL: a no-op without
-    convolutions); no flags at all is its own set."""
-    return tuple(sorted(set(flags) - {IM2COL})) if flags else ("(no optimisation flags)",)
+    convolutions) or a finer work split it was compiled at where IREE refused its own
+    (``FINER_SPLITS``); no flags at all is its own set."""
+    return tuple(sorted(set(flags) - {IM2COL, *map(threads, FINER_SPLITS)})) if flags else ("(no optimisation flags)",)
 
 
 def default_opt_flags(target: Target, held: Holds = Holds()) -> tuple[str, ...]:

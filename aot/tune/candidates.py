@@ -100,9 +100,9 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
 # map whose pixels are no multiple of 16 (PP-OCR-det's 48 x 6,400) is read as one 48 x 640
 # vector at IREE's default split and at 16 threads, 48 x 160 at 64 (docs/performance.md).
 # A set refused this way is compiled again with its work split for more threads, in turn, and
-# kept with the first that compiles (the flags it compiled with are the ones pinned).
+# kept with the first that compiles (the flags it compiled with are the ones pinned), at each of
+# lower/flags.py's FINER_SPLITS.
 REFUSED_AT_THIS_SPLIT = ("operations with large vector sizes", "exceeded stack allocation limit")
-FINER_SPLITS = (64, 256)
 SPLIT_TAG = "+split="   # data-tiling+split=64: the set offered, compiled with the split named
 
 

@@ -29,7 +29,7 @@ from aot.frontend.source import OpFamily
 from aot.record import TuneCandidate, Tuning
 from aot.runtime import codec
 from aot.runtime.manifest import Manifest, RegionEntry
-from aot.tune.candidates import FINER_SPLITS, FlagSet, candidates, refused_at_this_split, split_finer
+from aot.tune.candidates import FlagSet, candidates, refused_at_this_split, split_finer
 from aot.tune.progress import Steps
 from aot.runtime.atomic import write_json
 
@@ -116,12 +116,12 @@ def _split_finer_where_refused(todo: Todo, jobs: list[CompileJob], results: list
                                compile_: Callable[[list[CompileJob]], list[CompiledRegion | CompileError]],
                                steps: Steps) -> tuple[Todo, list[CompiledRegion | CompileError]]:
     """Each host candidate IREE refused at its work split (``candidates.refused_at_this_split``)
-    compiled again split finer, one ``FINER_SPLITS`` step at a time; the first that compiles takes
+    compiled again split finer, one ``flags.FINER_SPLITS`` step at a time; the first that compiles takes
     its place under the flags it compiled with, and one that never does stays rejected as it was.
     ``jobs``: the candidates' compiles, in ``todo``'s order; ``results``: theirs."""
     sets = [s for _, region_sets, _ in todo for s in region_sets]
     results = list(results)
-    for split in FINER_SPLITS:
+    for split in flags.FINER_SPLITS:
         refused = [i for i, o in enumerate(results) if isinstance(o, CompileError) and jobs[i].target.is_host
                    and refused_at_this_split(o.stderr_tail)]
         if not refused:
@@ -147,7 +147,7 @@ def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...],
     parts = [text, str(region.target), " ".join(flags.compile_flags(region.target, opt=())), driver,
              device_identity(driver), compiler_version(),
              json.dumps([[s.name, *s.flags, *packed_conv.key_tag(region.target, s.flags)] for s in sets]),
-             f"{settings.repeats}/{settings.warmup}", f"finer splits {FINER_SPLITS}"]
+             f"{settings.repeats}/{settings.warmup}", f"finer splits {flags.FINER_SPLITS}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

@@ -193,3 +193,67 @@ def test_the_untuned_build_is_the_all_host_baselines_first_choice(tmp_path):
     assert evaluate._untuned_host_rank(split, planned.view) == 2.0
     # Measured times where the untuned build is 30% behind the best: that is its regret.
     assert evaluate.top1_regret(ranks[:3], [1.3, 1.0, 1.1]) == pytest.approx(0.3)
+
+
+def test_a_set_iree_refuses_at_its_split_is_collected_split_finer_and_keyed_as_it_ran(tmp_path, monkeypatch):
+    """As the tuner does (tune/search.py): a host region refused for an oversized vector is built
+    again at each of FINER_SPLITS in turn, and its row holds the split that compiled; a refusal of
+    any other kind is a failed plan, tried once."""
+    import aot.runtime
+    from types import SimpleNamespace
+
+    from aot.errors import CompileError
+    from aot.lower.flags import DATA_TILING, FINER_SPLITS, O3, flag_key, threads
+
+    last = threads(FINER_SPLITS[-1])
+    built: list[tuple[str, ...]] = []
+
+    def build(planned, out, options, cache=None):
+        (region,) = planned.plan.regions
+        flags = region.flags or ()
+        built.append(flags)
+        if DATA_TILING in flags and last not in flags:     # compiles only at the last split
+            raise CompileError(region.name, ["iree-compile"], 1,
+                               "error: One or more operations with large vector sizes (122880 bytes) were found")
+        if O3 in flags and DATA_TILING not in flags:
+            raise CompileError(region.name, ["iree-compile"], 1, "error: unknown flag")
+        manifest = SimpleNamespace(inputs=(), toolchain={"iree": "test"},
+                                   regions=(SimpleNamespace(name=region.name, flags=flags),))
+        return SimpleNamespace(bundle=SimpleNamespace(path=out, manifest=manifest), plan=planned.plan)
+
+    class Session:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def run(self, inputs):
+            return ()
+
+        def profile(self, inputs, repeats):
+            return 1.0, {"r0": 10.0}
+
+    monkeypatch.setattr(collect, "build_planned", build)
+    monkeypatch.setattr(collect.reference, "random_inputs", lambda specs, seed: {})
+    monkeypatch.setattr(aot.runtime, "load", lambda path: Session())
+    monkeypatch.setattr(collect, "CheckSession", lambda path, manifest: Session())
+    model, database = _conv_chain(tmp_path / "small.onnx", blocks=2), tmp_path / "host.sqlite"
+    lines: list[str] = []
+    done = collect.collect(model, database, tmp_path / "work", HOST_ONLY, perturbations=0, iterations=1,
+                           host_decisions=True, progress=lines.append)
+    tiled = [f for f in built if DATA_TILING in f]
+    assert tiled and sum(last in f for f in tiled) * (1 + len(FINER_SPLITS)) == len(tiled)   # none, 64, 256 each
+    # only the set refused for another reason failed, each of its plans tried once
+    assert done.failed and all("unknown flag" in why for _, why in done.failed)
+    assert sum(O3 in f and DATA_TILING not in f for f in built) == len(done.failed)
+    with costdb.CostDatabase(database) as db:
+        stored = [Plan.from_json(json.loads(r.plan)).regions[0].flags for r in db.rows()]
+    assert stored and all(last in f for f in stored if DATA_TILING in f) and any(DATA_TILING in f for f in stored)
+    assert any(f"+split={FINER_SPLITS[-1]}" in line for line in lines)
+    # The set it is: a split does not change the set's identity for the learned win counts.
+    split = next(f for f in stored if DATA_TILING in f)
+    assert flag_key(split) == flag_key(tuple(f for f in split if f != last)) != flag_key(split + (O3,))
+    again = collect.collect(model, database, tmp_path / "work", HOST_ONLY, perturbations=0, iterations=1,
+                            host_decisions=True)
+    assert again.measured == 0 and again.skipped == done.measured     # the split plans were found under their keys

@@ -154,7 +154,7 @@ def test_a_new_packed_conv_rewrite_times_the_sets_it_rewrites_again_and_only_tho
 
 def test_a_set_iree_refuses_at_its_work_split_is_compiled_again_split_finer_and_pinned_so():
     from aot.lower import flags
-    from aot.tune.candidates import FINER_SPLITS
+    from aot.lower.flags import FINER_SPLITS
     from aot.tune.progress import Steps
 
     manifest = _host_manifest()
