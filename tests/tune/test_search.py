@@ -99,6 +99,36 @@ def test_a_compile_failure_rejects_without_running_and_no_correct_candidate_keep
     assert tuning.winner == "default" and tuning.best_us is None and tuning.speedup is None
 
 
+def test_a_near_tie_is_timed_again_head_to_head_for_longer_and_that_decides(monkeypatch):
+    from aot.tune.progress import Steps
+
+    sets = (FlagSet("default", ()), FlagSet("a", ("--a",)), FlagSet("b", ("--b",)), FlagSet("slow", ("--s",)))
+    checked = lambda req: [{"event": "checked", "name": c["name"], "ok": True, "max_abs_diff": 0.0, "error": None}
+                           for c in req["candidates"]]
+    first = lambda req: ([*checked(req), {"event": "timed", "medians_us": {"default": 100.0, "a": 80.0, "b": 83.0,
+                                                                          "slow": 120.0},
+                                          "calls": {"default": 3, "a": 3, "b": 3, "slow": 3}}], None)
+    repeats = []
+    again = lambda req: (repeats.append(req["repeats"]) or [*checked(req), {"event": "timed", "medians_us": {"a": 90.0, "b": 70.0},
+                                                                    "calls": {"a": 9, "b": 9}}], None)
+    calls = _setup(monkeypatch, [first, again])
+    lines: list[str] = []
+    steps = Steps(5, lines.append)
+    manifest = _host_manifest()
+    tuning = search._measure(Path("/nowhere"), manifest, manifest.regions[0], sets, [_compiled(s.name) for s in sets],
+                             {"x": np.zeros((1, 2), np.float32), "y": np.zeros((1, 2), np.float32)},
+                             BuildOptions(tune_repeats=3).tune_settings(), search._Reporter("r0", steps))
+    # b was within RUNOFF_MARGIN of a (83 against 80): the two again, fastest first, for longer
+    assert calls == [["default", "a", "b", "slow"], ["a", "b"]] and repeats == [3 * search.RUNOFF_TURNS]
+    by = {c.name: c for c in tuning.candidates}
+    assert tuning.winner == "b" and by["b"].median_us == 70.0 and by["a"].median_us == 90.0
+    assert by["b"].timed_calls == 12 and by["slow"].median_us == 120.0 and by["slow"].timed_calls == 3
+    # one more step (the runoff's timing), its candidates not checked twice in the progress
+    assert steps.total == 6 and len(lines) == 6 and "r0 timed: b 0.07 ms, a 0.09 ms" in lines[-1]
+    assert search.runoff({"x": 100.0, "y": 105.0, "z": 105.1, "bad": 50.0}, {"bad": "mismatch"}) == ["x", "y"]
+    assert search.runoff({}, {}) == []
+
+
 def _host_manifest() -> Manifest:
     import dataclasses
 
