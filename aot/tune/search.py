@@ -40,7 +40,7 @@ PROBE_TIMEOUT_S = 600       # one probe process: load, check and time every cand
 MIN_GAIN = 0.03
 # A near tie from one round of turns is the noise's to decide: corpus oww-embedding's tuner run
 # in stop 53's benchmark put data-tiling+ukernels 3% ahead of data-tiled-conv, which then ran
-# 10-17% faster side by side (and won the next tuning by 11%). The candidates within
+# 9-17% faster side by side (and won the next tuning by 11%). The candidates within
 # RUNOFF_MARGIN of the fastest are timed again head to head, RUNOFF_TURNS times as many turns,
 # and those medians decide.
 RUNOFF_MARGIN = 0.05
@@ -123,8 +123,9 @@ def _split_finer_where_refused(todo: Todo, jobs: list[CompileJob], results: list
                                compile_: Callable[[list[CompileJob]], list[CompiledRegion | CompileError]],
                                steps: Steps) -> tuple[Todo, list[CompiledRegion | CompileError]]:
     """Each host candidate IREE refused at its work split (``candidates.refused_at_this_split``)
-    compiled again split finer, one ``flags.FINER_SPLITS`` step at a time; the first that compiles takes
-    its place under the flags it compiled with, and one that never does stays rejected as it was.
+    compiled again split finer, one ``flags.FINER_SPLITS`` step at a time; the first that
+    compiles takes its place under the flags it compiled with, and one that never does stays
+    rejected as it was.
     ``jobs``: the candidates' compiles, in ``todo``'s order; ``results``: theirs."""
     sets = [s for _, region_sets, _ in todo for s in region_sets]
     results = list(results)
