@@ -61,6 +61,16 @@ def graph(edges: list[tuple[str, str]], order: list[str] | None = None, op_types
     return GraphView.build(nodes, [], sinks, values)
 
 
+def load_script(name: str):
+    """scripts/NAME.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def small_manifest(module_sha: str = "0" * 64) -> Manifest:
     region = RegionEntry(name="r0", target=Target.parse("vulkan"), module="modules/r0.vmfb", function="main",
                          inputs=("x",), outputs=("y",), sha256=module_sha)

@@ -4,7 +4,6 @@ On a GPU machine the same script times CUDA bundles (docs/performance.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -15,23 +14,17 @@ import pytest
 
 from aot.options import BuildOptions
 from aot.api import build
+from conftest import load_script
 
 pytestmark = pytest.mark.device  # compiles with IREE
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("gpu_torch_bench", ROOT / "scripts" / "gpu_torch_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_dry_run_on_the_cpu_checks_and_times_the_bundle_beside_eager_pytorch(tmp_path, monkeypatch):
     pytest.importorskip("torch", reason="the torch extra is not installed")
     monkeypatch.syspath_prepend(str(ROOT))
-    bench = _script()
+    bench = load_script("gpu_torch_bench")
     build("tests.torch_models:encoder", tmp_path / "encoder",
           BuildOptions(accel=None, example_inputs=(("tokens", (1, 16), "int64"),)))
     bench.main(["reference", str(tmp_path), "encoder"])
@@ -46,7 +39,7 @@ def test_a_dry_run_on_the_cpu_checks_and_times_the_bundle_beside_eager_pytorch(t
 
 
 def test_the_error_is_infinite_on_nan_or_a_wrong_shape():
-    bench = _script()
+    bench = load_script("gpu_torch_bench")
     good = [np.ones((2, 3), np.float32)]
     assert bench._error(good, good) == 0.0
     assert bench._error([np.full((2, 3), np.nan, np.float32)], good) == math.inf

@@ -3,28 +3,18 @@ contender timed, the product's share of the dispatch time read from the profile.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
 from aot.runtime import manifest as mf
+from conftest import load_script
 
 pytestmark = pytest.mark.device  # compiles with IREE
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("kernel_floor", ROOT / "scripts" / "kernel_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_a_product_is_tuned_pinned_on_both_drivers_and_timed_beside_onnxruntime(tmp_path, monkeypatch):
-    floor = _script()
+    floor = load_script("kernel_floor")
     monkeypatch.setattr(floor, "SCHEDULE", floor.timing.FAIR.with_counts(1, 3))
     chosen, times, share = floor.measure("64x48x40", tmp_path, rounds=1)
     assert chosen and "," not in chosen       # one region, one tuner's winner

@@ -16,6 +16,7 @@ import aot.runtime
 from aot import api
 from aot.learn import collect, db as costdb
 from aot.learn import generate as gen
+from synthetic import FakeSession
 from aot.learn.key import device_fingerprint, key_of
 from aot.options import BuildOptions
 from aot.partition.plan import GateMode, Plan, validate
@@ -95,25 +96,6 @@ def test_the_order_planners_candidates_are_collected_greedys_first(tmp_path):
     assert found >= 1      # at least one graph has an alternative the order planner ranks
 
 
-class _FakeSession:
-    """Stands in for a loaded bundle: runs instantly, profiles every region at 10 us per node."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def run(self, inputs):
-        return ()
-
-    def profile(self, inputs, repeats):
-        return 1.0, {r.name: 10.0 * len(r.nodes) for r in self.plan.regions}
-
-
 def _fake_builds(monkeypatch):
     """``collect`` with the build and the devices replaced: what it stores, not what IREE does."""
     built: list[Plan] = []
@@ -128,8 +110,8 @@ def _fake_builds(monkeypatch):
 
     monkeypatch.setattr(collect, "build_planned", build)
     monkeypatch.setattr(collect.reference, "random_inputs", lambda specs, seed: {})
-    monkeypatch.setattr(aot.runtime, "load", lambda path: _FakeSession(built[-1]))
-    monkeypatch.setattr(collect, "CheckSession", lambda path, manifest: _FakeSession(built[-1]))
+    monkeypatch.setattr(aot.runtime, "load", lambda path: FakeSession(built[-1]))
+    monkeypatch.setattr(collect, "CheckSession", lambda path, manifest: FakeSession(built[-1]))
     return built
 
 

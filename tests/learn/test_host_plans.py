@@ -207,11 +207,13 @@ def test_a_set_iree_refuses_at_its_split_is_collected_split_finer_and_keyed_as_i
 
     last = threads(FINER_SPLITS[-1])
     built: list[tuple[str, ...]] = []
+    built_plans = []
 
     def build(planned, out, options, cache=None):
         (region,) = planned.plan.regions
         flags = region.flags or ()
         built.append(flags)
+        built_plans.append(planned.plan)
         if DATA_TILING in flags and last not in flags:     # compiles only at the last split
             raise CompileError(region.name, ["iree-compile"], 1,
                                "error: One or more operations with large vector sizes (122880 bytes) were found")
@@ -221,23 +223,12 @@ def test_a_set_iree_refuses_at_its_split_is_collected_split_finer_and_keyed_as_i
                                    regions=(SimpleNamespace(name=region.name, flags=flags),))
         return SimpleNamespace(bundle=SimpleNamespace(path=out, manifest=manifest), plan=planned.plan)
 
-    class Session:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def run(self, inputs):
-            return ()
-
-        def profile(self, inputs, repeats):
-            return 1.0, {"r0": 10.0}
+    from synthetic import FakeSession
 
     monkeypatch.setattr(collect, "build_planned", build)
     monkeypatch.setattr(collect.reference, "random_inputs", lambda specs, seed: {})
-    monkeypatch.setattr(aot.runtime, "load", lambda path: Session())
-    monkeypatch.setattr(collect, "CheckSession", lambda path, manifest: Session())
+    monkeypatch.setattr(aot.runtime, "load", lambda path: FakeSession(built_plans[-1]))
+    monkeypatch.setattr(collect, "CheckSession", lambda path, manifest: FakeSession(built_plans[-1]))
     model, database = _conv_chain(tmp_path / "small.onnx", blocks=2), tmp_path / "host.sqlite"
     lines: list[str] = []
     done = collect.collect(model, database, tmp_path / "work", HOST_ONLY, perturbations=0, iterations=1,
