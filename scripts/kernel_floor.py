@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aot import api, runtime  # noqa: E402
 from aot.checks import reference, timing  # noqa: E402
+from aot.checks.compare import verified  # noqa: E402
 from aot.options import BuildOptions  # noqa: E402
 from aot.tools.profile import profile_bundle  # noqa: E402
 
@@ -84,8 +85,9 @@ def measure(shape: str, work: Path, rounds: int) -> tuple[str, dict[str, float],
     want = ort["onnxruntime"].run(None, x)[0]
     for name, s in sessions.items():
         got = s.run(x)[0]
-        if not (np.all(np.isfinite(got)) and np.allclose(got, want, rtol=1e-4, atol=1e-3)):
-            raise SystemExit(f"{shape}: {name} disagrees with onnxruntime")
+        check = verified(got, want)     # verification's tolerance
+        if not (check.ok and np.all(np.isfinite(got))):
+            raise SystemExit(f"{shape}: {name} disagrees with onnxruntime: {check.describe()}")
     calls = [*((name, (lambda s=s: s.run(x))) for name, s in sessions.items()),
              *((name, (lambda o=o: o.run(None, x))) for name, o in ort.items())]
     medians = [timing.medians_ms(timing.interleaved(calls, SCHEDULE)) for _ in range(rounds)]

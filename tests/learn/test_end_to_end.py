@@ -7,9 +7,8 @@ import math
 
 import pytest
 
-from synthetic import VULKAN, graph, synthetic_db  # noqa: F401 - fixture
+from synthetic import VULKAN, FakeSession, graph, synthetic_db  # noqa: F401 - fixture
 from aot.learn import end_to_end
-from test_collect import _FakeSession
 from aot.learn.dataset import load_dataset
 from aot.partition.partitioner import plan_from_groups, single_region_plan
 from aot.partition.support import ACCEL, HOST, Group
@@ -63,4 +62,4 @@ def test_a_bundle_time_that_is_not_finite_is_an_error(bad, monkeypatch):
 
     monkeypatch.setattr(timing, "medians_ms", lambda times: {"run": bad})
     with pytest.raises(AotError, match="median time"):
-        end_to_end._alone_ms(_FakeSession(None), {}, 1)   # runs instantly
+        end_to_end._alone_ms(FakeSession(None), {}, 1)   # runs instantly
