@@ -35,17 +35,16 @@ from aot.errors import AotError, CompileError, PartitionError
 from aot.learn import db as costdb
 from aot.learn.host_plans import MIXED_PER_CUT, host_plans
 from aot.learn.key import PlanKey, as_stored, device_fingerprint, key_of, region_digest
-from aot.lower.flags import FINER_SPLITS
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition.order import OrderMode
 from aot.partition import select as selection
 from aot.partition.partitioner import make_plan, partition, plan_from_groups, single_region_plan
-from aot.partition.plan import GateMode, Plan, Region, validate
+from aot.partition.plan import GateMode, Plan, validate
 from aot.partition.support import ACCEL, HOST
 from aot.pipeline import BuildResult, Planned, build_planned, plan_model
 from aot.runtime import manifest as mf
-from aot.tune.candidates import FlagSet, refused_at_this_split, split_finer
+from aot.tune.candidates import FlagSet, finer_splits, refused_at_this_split
 
 Progress = Callable[[str], None]
 MIN_COMPUTE_SWEEP = (1, 2, 4, 8)
@@ -144,28 +143,27 @@ class Measuring:
 def built_splitting_where_refused(planned: Planned, cand: Candidate, out: Path, options: BuildOptions,
                                   cache: Path) -> tuple[BuildResult, Candidate]:
     """Build ``cand``; a host region whose pinned set IREE refuses at its work split is built again
-    split finer (``flags.FINER_SPLITS``, in turn), as the tuner compiles such a set
+    split finer (``candidates.finer_splits``, in turn), as the tuner compiles such a set
     (``tune/search.py``), so the row holds the plan that ran, under its own key. A region still
     refused at the last split, or any other failure, raises as before."""
-    plan, at = cand.plan, dict[str, int]()      # region -> the FINER_SPLITS index it is built at now
-
-    def split(r: Region) -> FlagSet:
-        return split_finer(FlagSet(r.name, r.flags or ()), FINER_SPLITS[at[r.name]])
-
+    plan = cand.plan
+    ladders: dict[str, Iterator[FlagSet]] = {}   # region -> the finer splits it has left
+    now: dict[str, FlagSet] = {}                  # region -> the split it is built at
     while True:
         try:
             result = build_planned(dataclasses.replace(planned, plan=plan), out, options, cache=cache)
-            return result, Candidate(" ".join((cand.origin, *(split(r).name for r in cand.plan.regions if r.name in at))),
-                                     plan)
+            return result, Candidate(" ".join((cand.origin, *(s.name for s in now.values()))), plan)
         except CompileError as e:
             region = next((r for r in cand.plan.regions if r.name == e.region), None)
-            step = at.get(e.region, -1) + 1
-            if (region is None or region.device != HOST or region.flags is None or step == len(FINER_SPLITS)
+            if (region is None or region.device != HOST or region.flags is None
                     or not refused_at_this_split(e.stderr_tail)):
                 raise
-            at[e.region] = step
+            finer = next(ladders.setdefault(region.name, finer_splits(FlagSet(region.name, region.flags))), None)
+            if finer is None:
+                raise
+            now[region.name] = finer
             plan = dataclasses.replace(cand.plan, regions=tuple(
-                dataclasses.replace(r, flags=split(r).flags) if r.name in at else r for r in cand.plan.regions))
+                dataclasses.replace(r, flags=now[r.name].flags) if r.name in now else r for r in cand.plan.regions))
 
 
 def measuring(model: str | Path, options: BuildOptions) -> Measuring:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Iterator
 
 from aot.frontend.source import OpFamily
-from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IGEMM, IM2COL, O2, O3,
+from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, FINER_SPLITS, IGEMM, IM2COL, O2, O3,
                              QDQ_INTEGER, QUANT_REASSOC, STACK_128K, TILE_AND_FUSE, UKERNELS, VECTOR_256,
                              VECTOR_DISTRIBUTION, Holds, default_opt_flags, threads)
 from aot.runtime.manifest import cpu_flags
@@ -115,6 +116,11 @@ def split_finer(s: FlagSet, split: int) -> FlagSet:
     """``s`` with its work split for ``split`` threads (in place of any split it names)."""
     name = threads(split).split("=")[0]
     return FlagSet(f"{s.name}{SPLIT_TAG}{split}", (*(f for f in s.flags if f.split("=")[0] != name), threads(split)))
+
+
+def finer_splits(s: FlagSet) -> Iterator[FlagSet]:
+    """``s`` at each of ``FINER_SPLITS`` in turn: what a set refused at its work split is tried as."""
+    return (split_finer(s, split) for split in FINER_SPLITS)
 
 
 def offered_as(name: str) -> str:
