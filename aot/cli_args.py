@@ -6,6 +6,7 @@ output places that can be written. Each refusal is a typed error naming the flag
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -33,6 +34,17 @@ def count(text: str, least: int = 1) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"{text!r}: must be at least {least}")
+    return value
+
+
+def weight(text: str) -> float:
+    """An argparse type: a finite weight >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0.0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
     return value
 
 

@@ -16,6 +16,7 @@ from aot.runtime.target import Target
 
 if TYPE_CHECKING:
     from aot.learn.dataset import Dataset
+    from aot.learn.model import ChoiceWeights
 
 
 def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
@@ -106,6 +107,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lt.add_argument("--with-generated", action="store_true",
                     help="train on the generated graphs too (off: on this machine's host database they made "
                          "the held-out models' picks worse, docs/learned.md)")
+    _choice_weight_options(lt)
     args_.add_options(lt)
     lt.set_defaults(func=_cmd_learn_train)
     le = lsub.add_parser("eval", help="leave one real model out at a time: Kendall's tau and top-1 regret of the "
@@ -123,6 +125,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     le.add_argument("--models", default=None,
                     help="--end-to-end: only these models, comma-separated as the database names them")
     le.add_argument("--with-generated", action="store_true", help="train on the generated graphs too")
+    _choice_weight_options(le)
     args_.add_options(le)
     le.set_defaults(func=_cmd_learn_eval)
     lg = lsub.add_parser("generate", help="seeded random graphs of deployed blocks (conv, matmul, attention, "
@@ -251,6 +254,23 @@ def _cmd_learn_retime(args: argparse.Namespace) -> int:
     return 0
 
 
+def _choice_weight_options(p: argparse.ArgumentParser) -> None:
+    from aot.learn.model import PREDICTION_ALONE
+
+    p.add_argument("--risk-weight", type=args_.weight, default=PREDICTION_ALONE.risk,
+                   help="how much, in log time, a flag set's downside in training weighs when the model chooses "
+                        "among plans (default: %(default)s; docs/learned.md)")
+    p.add_argument("--prior-weight", type=args_.weight, default=PREDICTION_ALONE.prior,
+                   help="how much what similar training graphs measured for a plan's flags weighs "
+                        "(default: %(default)s)")
+
+
+def _choice_weights(args: argparse.Namespace) -> "ChoiceWeights":
+    from aot.learn.model import ChoiceWeights
+
+    return ChoiceWeights(args.risk_weight, args.prior_weight)
+
+
 def _learn_modes() -> list:
     from aot.learn.train import ModeChoice
 
@@ -273,7 +293,7 @@ def _cmd_learn_train(args: argparse.Namespace) -> int:
     data = _training_data(args, say)
     for model, why in data.skipped:
         say(f"learn  skipped {model}: {why}")
-    learned = fit(data, ModeChoice(args.mode))
+    learned = fit(data, ModeChoice(args.mode), weights=_choice_weights(args))
     learned.save(Path(args.output))
     say("learn  " + ", ".join(f"{k} {v}" for k, v in learned.summary) + f"; training set {learned.training_set}")
     print(args.output)
@@ -289,7 +309,8 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
     data = _training_data(args, lambda s: print(s, file=sys.stderr))
     if args.end_to_end:
         return _end_to_end(args, data)
-    result = evaluate.evaluate(data, ModeChoice(args.mode), progress=lambda s: print(s, file=sys.stderr))
+    result = evaluate.evaluate(data, ModeChoice(args.mode), progress=lambda s: print(s, file=sys.stderr),
+                               weights=_choice_weights(args))
     print(evaluate.render(result))
     if args.json:
         from aot.runtime.atomic import write_json
@@ -313,7 +334,7 @@ def _end_to_end(args: argparse.Namespace, data: "Dataset") -> int:
     work = args_.output_folder("-o/--output", args.output)
     rows = end_to_end.run(data, args_.build_options(args), work, ModeChoice(args.mode), args.iterations,
                           tuple(args.models.split(",")) if args.models else (),
-                          progress=lambda s: print(s, file=sys.stderr))
+                          progress=lambda s: print(s, file=sys.stderr), weights=_choice_weights(args))
     print(end_to_end.render(rows))
     if args.json:
         from aot.runtime.atomic import write_json

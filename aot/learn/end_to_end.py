@@ -24,6 +24,7 @@ from aot.checks import reference, timing
 from aot.errors import AotError
 from aot.learn.dataset import Dataset
 from aot.learn.key import key_of
+from aot.learn.model import PREDICTION_ALONE, ChoiceWeights
 from aot.learn.evaluate import leave_one_out
 from aot.learn.train import ModeChoice, fit
 from aot.options import BuildOptions
@@ -68,7 +69,8 @@ def describe(plan: Plan) -> str:
 
 def run(data: Dataset, options: BuildOptions, work: Path, choice: ModeChoice = ModeChoice.AUTO,
         iterations: int = 20, only: tuple[str, ...] = (),
-        progress: Callable[[str], None] = lambda s: None) -> tuple[EndToEnd, ...]:
+        progress: Callable[[str], None] = lambda s: None,
+        weights: ChoiceWeights = PREDICTION_ALONE) -> tuple[EndToEnd, ...]:
     """Every real model of ``data`` (or those named in ``only``) held out, built both ways under
     ``work``, timed; in the database's order."""
     from aot import api, runtime
@@ -78,7 +80,7 @@ def run(data: Dataset, options: BuildOptions, work: Path, choice: ModeChoice = M
         out = work / _folder(g.model)
         shutil.rmtree(out, ignore_errors=True)
         model_file = out / "model.json"
-        fit(train, choice).save(model_file)
+        fit(train, choice, weights=weights).save(model_file)
         learned = api.build(g.model, out / "learned", dataclasses.replace(
             options, policy=POLICY, gate=GateMode.LEARNED, cost_model=model_file, cost_db=None), progress)
         default = api.build(g.model, out / "default", options, progress)

@@ -26,6 +26,7 @@ from aot.frontend.graph import GraphView
 from aot.learn.dataset import Dataset, GraphData
 from aot.learn.features import PLAN_SCALARS, accel_share
 from aot.learn.key import compiled_flags
+from aot.learn.model import PREDICTION_ALONE, ChoiceWeights
 from aot.learn.narrow_eval import TOP, NarrowScore, mean, narrowing
 from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
 from aot.lower.flags import LEGACY_HOST_DEFAULT
@@ -36,8 +37,8 @@ MIN_PLANS = 20     # the issue's floor for a held-out model's score to mean much
 
 
 class Predictor(enum.Enum):
-    LEARNED = "learned"                  # its choice: the prediction with each plan's flag risk
-    LEARNED_COST = "learned, cost alone"   # the prediction without it
+    LEARNED = "learned"                  # its choice: the prediction weighed by its ChoiceWeights
+    LEARNED_COST = "learned, cost alone"   # the prediction alone
     ROOFLINE = "fitted roofline"
     ACCEL_SHARE = "accel FLOP share"
     ALL_HOST = "always all-host"
@@ -129,10 +130,10 @@ def leave_one_out(data: Dataset, progress: Callable[[str], None] = lambda s: Non
 
 
 def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Callable[[str], None] = lambda s: None,
-             estimators: int = 200) -> Evaluation:
+             estimators: int = 200, weights: ChoiceWeights = PREDICTION_ALONE) -> Evaluation:
     held = []
     for g, train in leave_one_out(data, progress):
-        model = fit(train, choice, estimators)
+        model = fit(train, choice, estimators, weights)
         measured = np.array([p.total_us for p in g.plans])
         shapes = [p.shape for p in g.plans]
         predicted = model.plans_us(shapes)

@@ -34,15 +34,29 @@ from aot.partition.plan import Plan
 
 MODEL_FORMAT = "aot-learned-model"
 MODEL_VERSION = 1
-# How much a flag set's downside in training (``flag_risk``, log time) weighs against its
-# predicted time when the model chooses: one unit of it. Held out (docs/learned.md), 0.5-2 gave
-# top-1 regrets within a point of each other on the side-by-side labels, and 0.5-1 on the
-# separately timed ones (where 2 doubled it).
-RISK_WEIGHT = 1.0
-# How much the similar graphs' measured effects (``neighbours.Prior``, log time) weigh: one unit,
-# as measured. Held out on the host database, 1 ranked better than 0.5 and as well as 2
-# (docs/learned.md).
-PRIOR_WEIGHT = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceWeights:
+    """How much, in log time, two measured terms weigh beside the predicted time when the model
+    chooses among plans (``LearnedModel.ranking_us``): a flag set's downside in training
+    (``flag_risk``) and what similar training graphs measured for a plan's flags and runtime
+    (``neighbours.Prior``). Set when the model is trained and kept in its file."""
+    risk: float
+    prior: float
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(w) and w >= 0.0 for w in (self.risk, self.prior)):
+            raise ValueError(f"choice weights must be finite and >= 0, not {self.risk}, {self.prior}")
+
+
+# What `aot learn train` gives a model: the prediction alone. On the side-by-side labels of two
+# hosts (a Xeon's, stop 50; an EPYC's, stop 54) both terms at 0 had the lowest top-1 regret of a
+# 3 x 3 sweep (8.0% and 15.4%, against 16.7% and 20.4% with both at 1), at a tau within 0.04; on
+# stop 46's earlier labels the prior had helped by 3 points (docs/learned.md).
+PREDICTION_ALONE = ChoiceWeights(0.0, 0.0)
+# A model file written before the weights were kept in it was trained to be used with both at 1.
+BEFORE_WEIGHTS = ChoiceWeights(1.0, 1.0)
 # Trained defaults, one per device fingerprint (``key.device_fingerprint``), each shipped only when
 # its evaluation justifies it (docs/learned.md); a build on other devices finds none.
 SHIPPED = Path(__file__).with_name("shipped")
@@ -82,6 +96,7 @@ class LearnedModel:
     flag_risk: tuple[tuple[tuple[str, ...], float], ...] = ()
     # each real training graph's measured flag-set and runtime effects (neighbours.py)
     neighbours: tuple[GraphEffects, ...] = ()
+    weights: ChoiceWeights = PREDICTION_ALONE
 
     def wins(self, key: tuple[str, ...]) -> int:
         return dict(self.tuner_wins).get(key, 0)
@@ -95,17 +110,18 @@ class LearnedModel:
 
     def ranking_us(self, plans: Sequence[Plan], predicted_us: Sequence[float] | np.ndarray,
                    codes: GraphCodes | None = None) -> np.ndarray:
-        """The predicted times, each scaled by exp(RISK_WEIGHT x its plan's risk) and, given the
-        graph's ``codes``, by exp(PRIOR_WEIGHT x what similar training graphs measured for its
-        flags and runtime): how the model chooses among plans. A flag set that won on one
-        training graph and ran 17x slower than the default on another (the data-tiled
-        convolution) must be predicted far ahead to be picked; held out, the raw prediction
-        picked it on the graph where it lost (docs/learned.md)."""
-        risks = dict(self.flag_risk)
-        log_scale = RISK_WEIGHT * np.array([self.risk(p, risks) for p in plans])
-        if codes is not None and self.neighbours:
+        """The predicted times, each scaled by exp(weights.risk x its plan's risk) and, given the
+        graph's ``codes``, by exp(weights.prior x what similar training graphs measured for its
+        flags and runtime): how the model chooses among plans. The risk term is there for a flag
+        set that won on one training graph and ran 17x slower than the default on another (the
+        data-tiled convolution); a term weighed 0 is not computed (docs/learned.md)."""
+        log_scale = np.zeros(len(plans))
+        if self.weights.risk:
+            risks = dict(self.flag_risk)
+            log_scale += self.weights.risk * np.array([self.risk(p, risks) for p in plans])
+        if self.weights.prior and codes is not None and self.neighbours:
             near = prior(self.neighbours, codes)
-            log_scale = log_scale + PRIOR_WEIGHT * np.array([near.of(p) for p in plans])
+            log_scale += self.weights.prior * np.array([near.of(p) for p in plans])
         return np.asarray(predicted_us, dtype=float) * np.exp(log_scale)
 
     def plans_us(self, shapes: Sequence[PlanShape], measured: Sequence[Mapping[int, float]] = ()) -> np.ndarray:
@@ -149,7 +165,8 @@ class LearnedModel:
                 "cost": self.cost.to_json(), "policy": self.policy.to_json() if self.policy else None,
                 "tuner_wins": [[list(k), n] for k, n in self.tuner_wins],
                 "flag_risk": [[list(k), r] for k, r in self.flag_risk],
-                "neighbours": [n.to_json() for n in self.neighbours]}
+                "neighbours": [n.to_json() for n in self.neighbours],
+                "choice_weights": {"risk": self.weights.risk, "prior": self.weights.prior}}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "LearnedModel":
@@ -175,7 +192,8 @@ class LearnedModel:
                        tuple((str(k), str(v)) for k, v in dict(data["versions"]).items()),
                        tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()),
                        _tuner_wins(data.get("tuner_wins") or []), _flag_risk(data.get("flag_risk") or []),
-                       tuple(GraphEffects.from_json(n) for n in data.get("neighbours") or []))
+                       tuple(GraphEffects.from_json(n) for n in data.get("neighbours") or []),
+                       _weights(data.get("choice_weights")))
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError) as e:
@@ -223,3 +241,9 @@ def _tuner_wins(rows: Any) -> tuple[tuple[tuple[str, ...], int], ...]:
         return value
 
     return flag_rows(rows, "tuner_wins row", count)
+
+
+def _weights(value: Any) -> ChoiceWeights:
+    if value is None:
+        return BEFORE_WEIGHTS
+    return ChoiceWeights(finite(value["risk"], "choice weight"), finite(value["prior"], "choice weight"))

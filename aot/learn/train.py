@@ -19,7 +19,7 @@ import numpy as np
 from aot.errors import AotError
 from aot.learn.dataset import Dataset
 from aot.learn.features import FEATURE_VERSION, lane_time
-from aot.learn.model import LearnedModel, Mode
+from aot.learn.model import PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
 from aot.learn.narrow_eval import flag_risk, graph_effects, tuner_wins
 from aot.learn.trees import Forest, from_sklearn
 
@@ -72,8 +72,10 @@ def choose_mode(data: Dataset, choice: ModeChoice) -> Mode:
     return Mode.REGIONS if len(region_rows(data)[1]) >= MIN_REGION_ROWS else Mode.PLAN
 
 
-def fit(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, estimators: int = 200) -> LearnedModel:
-    """The cost model (and the proposer) fitted on every plan of ``data``."""
+def fit(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, estimators: int = 200,
+        weights: ChoiceWeights = PREDICTION_ALONE) -> LearnedModel:
+    """The cost model (and the proposer) fitted on every plan of ``data``, choosing among plans
+    with ``weights``."""
     ensemble = _sklearn()
     plans = [p for g in data.graphs for p in g.plans]
     if len(plans) < 3:
@@ -96,7 +98,7 @@ def fit(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, estimators: int = 2
                ("region_rows", str(len(region_rows(data)[1]))), ("mode", mode.value))
     return LearnedModel(mode, cost, hop_us, per_byte, _proposer(ensemble, data, estimators), data.fingerprint,
                         data.digest(), _versions(), summary, tuner_wins(data.graphs), flag_risk(data.graphs),
-                        graph_effects(data.graphs))
+                        graph_effects(data.graphs), weights)
 
 
 def _regressor(ensemble: Any, x: np.ndarray, y: np.ndarray, estimators: int) -> Forest:

@@ -4,6 +4,7 @@ the leave-one-model-out evaluation on a synthetic cost database."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from aot.errors import AotError
 from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
 from aot.learn.features import PLAN_DIM, REGION_DIM, encode, node_features, shape_of
-from aot.learn.model import LearnedModel, Mode
+from aot.learn.model import BEFORE_WEIGHTS, PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
 from aot.learn.neighbours import GraphEffects
 from aot.learn.train import ModeChoice, fit
 from aot.learn.trees import Forest, ModelFileError, from_sklearn
@@ -143,11 +144,22 @@ def test_model_file_round_trip_and_clear_errors(tmp_path):
         (tmp_path / "near.json").write_text(json.dumps(data))
         with pytest.raises(ModelFileError, match=r"near\.json': malformed learned model"):
             LearnedModel.load(tmp_path / "near.json")
+    for bad in ({"risk": -1.0, "prior": 0.0}, {"risk": float("inf"), "prior": 0.0}, {"risk": True, "prior": 0.0},
+                {"risk": "1", "prior": 0.0}, {"risk": 1.0}, [1.0, 1.0]):
+        data = json.loads(path.read_text())
+        data["choice_weights"] = bad
+        (tmp_path / "weights.json").write_text(json.dumps(data))
+        with pytest.raises(ModelFileError, match=r"weights\.json': malformed learned model"):
+            LearnedModel.load(tmp_path / "weights.json")
     data = json.loads(path.read_text())
-    del data["flag_risk"], data["neighbours"]     # a model trained before the risk and prior terms: none
+    del data["flag_risk"], data["neighbours"], data["choice_weights"]   # trained before the risk and prior: none
     (tmp_path / "before.json").write_text(json.dumps(data))
     assert LearnedModel.load(tmp_path / "before.json").flag_risk == ()
     assert LearnedModel.load(tmp_path / "before.json").neighbours == ()
+    # ... and one written before its file kept the choice weights was trained to be used with both at 1
+    assert again.weights == PREDICTION_ALONE and LearnedModel.load(tmp_path / "before.json").weights == BEFORE_WEIGHTS
+    weighed = dataclasses.replace(m, weights=ChoiceWeights(0.5, 2.0))
+    assert LearnedModel.load(weighed.save(tmp_path / "weighed.json")).weights == ChoiceWeights(0.5, 2.0)
     assert m.mismatch("fp") is None and "trained on 'fp'" in m.mismatch("other devices")
 
 
@@ -163,6 +175,7 @@ _KILLED_WRITER = """
 import os, pathlib, signal, sys
 sys.path.insert(0, {here!r})
 from aot.learn.model import LearnedModel
+import dataclasses
 import json
 real = pathlib.Path.write_bytes
 def half_then_die(self, data):
@@ -268,9 +281,16 @@ def test_the_train_and_eval_commands(synthetic_db, tmp_path):
     # The generated graph trains only when asked.
     assert model.mode is Mode.REGIONS and model.policy is not None
     assert (dict(model.summary)["graphs"], dict(model.summary)["generated"]) == ("2", "0")
-    run_aot("learn", "train", "--db", database, "--accel", "vulkan", "-o", str(out), "--with-generated")
+    assert model.weights == PREDICTION_ALONE
+    run_aot("learn", "train", "--db", database, "--accel", "vulkan", "-o", str(out), "--with-generated",
+            "--risk-weight", "0.5", "--prior-weight", "2")
     summary = dict(LearnedModel.load(out).summary)
     assert (summary["graphs"], summary["generated"]) == ("3", "1")
+    assert LearnedModel.load(out).weights == ChoiceWeights(0.5, 2.0)      # kept in the file it wrote
+    negative = run_aot("learn", "train", "--db", database, "-o", str(tmp_path / "no.json"), "--risk-weight", "-1",
+                       check=False)
+    assert negative.returncode == 1 and "argument --risk-weight" in negative.stderr and "finite number >= 0" in negative.stderr
+    assert not (tmp_path / "no.json").exists()
     figures = tmp_path / "eval.json"
     ev = run_aot("learn", "eval", "--db", database, "--accel", "vulkan", "--json", str(figures))
     assert "always all-host" in ev.stdout and "fitted roofline" in ev.stdout

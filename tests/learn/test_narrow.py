@@ -14,7 +14,7 @@ from aot.learn.dataset import GraphData, MeasuredPlan
 from aot.learn.features import PLAN_DIM, PLAN_SCALARS, encode, node_features, shape_of
 from aot.learn.host_plans import host_plans
 from aot.learn.key import device_fingerprint
-from aot.learn.model import LearnedModel, Mode
+from aot.learn.model import PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
 from aot.learn.neighbours import GraphEffects, prior, signature
 from aot.learn.narrow import flag_key, learned_chooser
 from aot.lower.flags import IM2COL
@@ -208,12 +208,16 @@ def test_a_set_that_lost_badly_in_training_carries_its_risk_into_the_choice(tmp_
     data_tiling, o3 = (flag_key(by_name[n].plan.regions[0].flags) for n in ("data-tiling", "O3"))
     assert risk[data_tiling] == pytest.approx(np.sqrt(np.log(8.0) ** 2 / 2))
     assert risk[o3] == 0.0 and risk[flag_key(by_name["default"].plan.regions[0].flags)] == 0.0
-    model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), flag_risk=tuple(risk.items()))
+    model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), flag_risk=tuple(risk.items()),
+                                weights=ChoiceWeights(1.0, 0.0))
     plans = [by_name["data-tiling"].plan, by_name["O3"].plan]
     predicted = np.array([90.0, 100.0])
     assert int(np.argmin(predicted)) == 0
     ranked = model.ranking_us(plans, predicted)
     assert np.all(np.isfinite(ranked)) and int(np.argmin(ranked)) == 1
+    # A model trained with the default weights chooses by the prediction alone (docs/learned.md).
+    alone = dataclasses.replace(model, weights=PREDICTION_ALONE)
+    assert np.array_equal(alone.ranking_us(plans, predicted), predicted)
     # A plan that pins no flags (the accelerator's regions, an unpinned host region) has no risk.
     unpinned = dataclasses.replace(plans[0], regions=tuple(dataclasses.replace(r, flags=None) for r in plans[0].regions))
     assert model.risk(unpinned) == 0.0 and model.ranking_us([unpinned], [90.0])[0] == 90.0
@@ -241,12 +245,15 @@ def test_what_similar_graphs_measured_steers_the_choice_and_dissimilar_ones_bare
     w = np.exp(-np.sum((sig - np.array(unlike.signature)) ** 2))     # about exp(-3) at width 1
     assert near.flag_effect[data_tiling] == pytest.approx((np.log(0.5) + w * np.log(8.0)) / (1 + w), abs=1e-5)
     assert prior((unlike,), lookalike.codes).flag_effect[data_tiling] == pytest.approx(np.log(8.0))  # all there is
-    model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), neighbours=(effects, unlike))
+    model = dataclasses.replace(_model(tmp_path / "model.json", "fp"), neighbours=(effects, unlike),
+                                weights=ChoiceWeights(0.0, 1.0))
     plans = [by_name["data-tiling"].plan, by_name["O3"].plan]
     predicted = np.array([110.0, 100.0])
     unweighed, weighed = model.ranking_us(plans, predicted), model.ranking_us(plans, predicted, lookalike.codes)
     assert np.all(np.isfinite(unweighed)) and np.all(np.isfinite(weighed))    # argmin would pick a NaN
     assert int(np.argmin(unweighed)) == 1                                      # without the graph: as predicted
     assert int(np.argmin(weighed)) == 0
+    alone = dataclasses.replace(model, weights=PREDICTION_ALONE)            # the prior weighed 0: as predicted
+    assert int(np.argmin(alone.ranking_us(plans, predicted, lookalike.codes))) == 1
     synced = dataclasses.replace(by_name["default"].plan, host_runtime=HostRuntime("local-sync", ()))
     assert near.of(synced) == pytest.approx(np.log(4.0), abs=1e-5)           # the runtime's effect alone
