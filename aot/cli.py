@@ -93,8 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="the source ONNX model or torch factory (default: the one the manifest names)")
     c.add_argument("--seed", type=args_.seed, default=0)
     # Unset: aot.checks.golden's defaults (1e-4 and 1e-5), which the help repeats for the reader.
-    c.add_argument("--atol", type=args_.tolerance, default=None, help="absolute tolerance (default 1e-4)")
-    c.add_argument("--rtol", type=args_.tolerance, default=None,
+    c.add_argument("--atol", type=args_.finite_non_negative, default=None, help="absolute tolerance (default 1e-4)")
+    c.add_argument("--rtol", type=args_.finite_non_negative, default=None,
                    help="relative tolerance: an output may differ by atol + rtol * |reference| (default 1e-5)")
     c.add_argument("--integrity", action="store_true",
                    help="only check every file the manifest names against its size and sha256 (runs nothing)")

@@ -6,7 +6,6 @@ output places that can be written. Each refusal is a typed error naming the flag
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -37,24 +36,13 @@ def count(text: str, least: int = 1) -> int:
     return value
 
 
-def weight(text: str) -> float:
-    """An argparse type: a finite weight >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value >= 0.0):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
-    return value
-
-
 def seed(text: str) -> int:
     """An argparse type: a random seed, a whole number >= 0 (numpy refuses negative ones)."""
     return count(text, 0)
 
 
-def tolerance(text: str) -> float:
-    """An argparse type: a finite number >= 0."""
+def finite_non_negative(text: str) -> float:
+    """An argparse type: a finite number >= 0 (a tolerance, a weight)."""
     try:
         value = float(text)
     except ValueError:

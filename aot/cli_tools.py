@@ -257,10 +257,10 @@ def _cmd_learn_retime(args: argparse.Namespace) -> int:
 def _choice_weight_options(p: argparse.ArgumentParser) -> None:
     from aot.learn.model import PREDICTION_ALONE
 
-    p.add_argument("--risk-weight", type=args_.weight, default=PREDICTION_ALONE.risk,
+    p.add_argument("--risk-weight", type=args_.finite_non_negative, default=PREDICTION_ALONE.risk,
                    help="how much, in log time, a flag set's downside in training weighs when the model chooses "
                         "among plans (default: %(default)s; docs/learned.md)")
-    p.add_argument("--prior-weight", type=args_.weight, default=PREDICTION_ALONE.prior,
+    p.add_argument("--prior-weight", type=args_.finite_non_negative, default=PREDICTION_ALONE.prior,
                    help="how much what similar training graphs measured for a plan's flags weighs "
                         "(default: %(default)s)")
 
