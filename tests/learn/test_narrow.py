@@ -254,6 +254,7 @@ def test_what_similar_graphs_measured_steers_the_choice_and_dissimilar_ones_bare
     assert int(np.argmin(unweighed)) == 1                                      # without the graph: as predicted
     assert int(np.argmin(weighed)) == 0
     alone = dataclasses.replace(model, weights=PREDICTION_ALONE)            # the prior weighed 0: as predicted
-    assert int(np.argmin(alone.ranking_us(plans, predicted, lookalike.codes))) == 1
+    as_predicted = alone.ranking_us(plans, predicted, lookalike.codes)
+    assert np.all(np.isfinite(as_predicted)) and int(np.argmin(as_predicted)) == 1
     synced = dataclasses.replace(by_name["default"].plan, host_runtime=HostRuntime("local-sync", ()))
     assert near.of(synced) == pytest.approx(np.log(4.0), abs=1e-5)           # the runtime's effect alone
