@@ -1,0 +1,171 @@
+"""A 1-D convolution with a long kernel as one matmul with a banded (Toeplitz) matrix.
+
+Basic Pitch's constant-Q front end halves the sample rate eight times with a 256-tap low-pass Conv
+(stride 2, one channel in and out) over the raw audio; PESTO's pitch network runs 39-tap Convs over
+40 channels along 219 frequency bins of each frame, and ends in a 1040-tap one-channel Conv.
+IREE 3.13's CPU code ran these at 5-14 GFLOP/s: its direct convolution vectorises along the
+channels (one here, or 40 over 100 frames of 219 bins), and its im2col, written as a 2-D
+convolution, gathers a matrix 39 times the input (137 MB for PESTO's; 47 ms to write). For
+outputs cut into blocks of ``B`` the same sums are one product:
+
+    y[co, t*B + r] = sum_(ci, m) X[t, ci, m] * W[ci, m, co, r]
+    X[t, ci] = x[ci, s*B*t : s*B*t + q*s*B],   W[ci, m, co, r] = w[co, ci, m - s*r]
+
+(``s`` the stride, ``W`` zero outside the band). The rows of ``X`` overlap: ``q`` consecutive rows
+of ``x`` cut into rows of ``s*B``, concatenated, about ``1 + s*B / taps`` times the input instead of
+``taps`` times. ``B`` near ``taps / s`` keeps the band at half of ``W`` or more (at most twice the
+multiply-adds); it is halved while ``W`` is over ``MAX_BAND`` elements. A filter under
+``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with IREE's convolution.
+Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
+frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 56 at the
+default flags.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, conv_operands, rewrite_each
+from aot.frontend.passes import PassResult
+
+MIN_TAPS = 32      # a shorter filter leaves W mostly zeros: q*s*B multiply-adds per output for `taps`
+MIN_BLOCK, MAX_BLOCK = 16, 128   # outputs per product row (times the output channels: N of the matmul)
+MAX_BAND = 1 << 20               # elements of W (4 MiB of float32): a bundle should not grow past that
+
+
+def long_filters_as_matmuls(model: onnx.ModelProto) -> PassResult:
+    """Pass: rewrite each ungrouped Conv along one axis (a 1-D kernel of ``MIN_TAPS`` or more taps
+    over the last axis, every other spatial axis of size one) as a banded matmul; count them."""
+    return rewrite_each(model, _rewrite)
+
+
+def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> Replacement | None:
+    x = shapes.get(node.input[0]) if node.input else None
+    if x is None or len(x) < 3:
+        return None
+    ops = conv_operands(node, shapes, consts, "Conv", len(x))
+    if ops is None:
+        return None
+    attrs, w, spatial = ops.attrs, ops.w, len(x) - 2
+    pads = tuple(attrs.get("pads", (0,) * 2 * spatial))
+    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or w.shape[-1] < MIN_TAPS
+            or any(d != 1 for d in (*x[2:-1], *w.shape[2:-1])) or any((*pads[:spatial - 1], *pads[spatial:-1]))
+            or any(d != 1 for d in attrs.get("dilations", ()))
+            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID")):
+        return None
+    stride = tuple(attrs.get("strides", (1,) * spatial))[-1]
+    band = _Band(batch=x[0], channels=x[1], length=x[-1], begin=pads[spatial - 1], end=pads[-1],
+                 taps=w.shape[-1], stride=stride, filters=w.shape[0])
+    if band.outputs < 2:
+        return None
+    while band.elements > MAX_BAND and band.block > 1:
+        band = replace(band, block_limit=band.block // 2)
+    if band.elements > MAX_BAND:
+        return None
+    return _decompose(node, band, w.reshape(w.shape[0], w.shape[1], -1), ops.b, spatial)
+
+
+@dataclass(frozen=True)
+class _Band:
+    """The block geometry of one convolution: ``rows`` product rows (per image) of ``block``
+    outputs each, each row reading ``pieces`` consecutive input rows of ``stride * block`` samples."""
+
+    batch: int
+    channels: int   # in
+    length: int     # samples, before padding
+    begin: int      # zeros before them
+    end: int        # zeros after them
+    taps: int
+    stride: int
+    filters: int    # output channels
+    block_limit: int = MAX_BLOCK
+
+    @property
+    def outputs(self) -> int:
+        return (self.length + self.begin + self.end - self.taps) // self.stride + 1
+
+    @property
+    def block(self) -> int:
+        return min(self.outputs, self.block_limit, max(MIN_BLOCK, math.ceil(self.taps / self.stride)))
+
+    @property
+    def rows(self) -> int:
+        return math.ceil(self.outputs / self.block)
+
+    @property
+    def row_len(self) -> int:
+        return self.stride * self.block
+
+    @property
+    def pieces(self) -> int:
+        return math.ceil((self.stride * (self.block - 1) + self.taps) / self.row_len)
+
+    @property
+    def window(self) -> int:
+        """Samples per channel in one row of X."""
+        return self.pieces * self.row_len
+
+    @property
+    def padded(self) -> int:
+        """Samples the rows read, from the first leading zero on."""
+        return (self.rows + self.pieces - 1) * self.row_len
+
+    @property
+    def elements(self) -> int:
+        return self.channels * self.window * self.filters * self.block
+
+    def matrix(self, w: np.ndarray) -> np.ndarray:
+        """W as [channels * window, filters * block] from weights [filters, channels, taps]."""
+        band = np.zeros((self.channels, self.window, self.filters, self.block), np.float32)
+        for r in range(self.block):
+            band[:, self.stride * r: self.stride * r + self.taps, :, r] = w.transpose(1, 2, 0)
+        return band.reshape(self.channels * self.window, self.filters * self.block)
+
+
+def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray | None, spatial: int) -> Replacement:
+    p = f"{node.name}.banded"
+    n, c, f = band.batch, band.channels, band.filters
+
+    def const(name: str, values: list[int]) -> str:
+        inits.append(numpy_helper.from_array(np.array(values, np.int64), f"{p}.const.{name}"))
+        return f"{p}.const.{name}"
+
+    def op(op_type: str, inputs: list[str], output: str, **kw: Any) -> str:
+        nodes.append(helper.make_node(op_type, inputs, [output], name=f"{p}.{output.rsplit('.', 1)[-1]}", **kw))
+        return output
+
+    inits: list[onnx.TensorProto] = [numpy_helper.from_array(band.matrix(w), f"{p}.w")]
+    nodes: list[onnx.NodeProto] = []
+    axis, zero = const("axis", [2]), const("zero", [0])    # every Slice below cuts along axis 2
+    flat = op("Reshape", [node.input[0], const("flat", [n, c, band.length])], f"{p}.samples")
+    extra = band.padded - band.begin - band.length
+    if band.begin or extra > 0:
+        flat = op("Pad", [flat, const("pads", [0, 0, band.begin, 0, 0, max(extra, 0)])], f"{p}.padded")
+    if extra < 0:   # samples past the last output's window
+        flat = op("Slice", [flat, zero, const("used", [band.padded]), axis], f"{p}.used")
+    rows = op("Reshape", [flat, const("rows", [n, c, band.rows + band.pieces - 1, band.row_len])], f"{p}.rows")
+    pieces = [op("Slice", [rows, const(f"from{j}", [j]), const(f"to{j}", [j + band.rows]), axis], f"{p}.piece{j}")
+              for j in range(band.pieces)]
+    windows = op("Concat", pieces, f"{p}.windows", axis=3) if len(pieces) > 1 else pieces[0]
+    if c > 1:   # [n, c, rows, window] -> [n, rows, c, window]; with one channel a Reshape does it
+        windows = op("Transpose", [windows], f"{p}.by_row", perm=[0, 2, 1, 3])
+    windows = op("Reshape", [windows, const("matrix", [n, band.rows, c * band.window])], f"{p}.matrix")
+    product = op("MatMul", [windows, f"{p}.w"], f"{p}.product")
+    if f > 1:   # [n, rows, f, block] -> [n, f, rows, block]
+        product = op("Transpose", [op("Reshape", [product, const("split", [n, band.rows, f, band.block])],
+                                      f"{p}.split")], f"{p}.by_filter", perm=[0, 2, 1, 3])
+    y = op("Reshape", [product, const("outputs", [n, f, band.rows * band.block])], f"{p}.flat_out")
+    if band.rows * band.block != band.outputs:
+        y = op("Slice", [y, zero, const("end", [band.outputs]), axis], f"{p}.cropped")
+    if b is not None:
+        inits.append(numpy_helper.from_array(b.astype(np.float32).reshape(1, f, 1), f"{p}.bias"))
+        y = op("Add", [y, f"{p}.bias"], f"{p}.biased")
+    nodes.append(helper.make_node("Reshape", [y, const("shape", [n, f, *[1] * (spatial - 1), band.outputs])],
+                                  [node.output[0]], name=f"{p}.shape"))
+    return nodes, inits

@@ -1,0 +1,105 @@
+"""A Conv along one axis with a long kernel becomes a banded matmul with the same values (Basic
+Pitch's and PESTO's, and seeded random geometries: channels, strides, padding, bias, 3-D and 4-D);
+short, dilated, SAME-padded and two-dimensional kernels, and ones whose band would be too large, are
+left alone; and a host build matches onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aot.checks import reference
+from aot.checks.compare import assert_close
+from aot.frontend.long_filter import MIN_TAPS, long_filters_as_matmuls
+from conftest import onnx_model
+
+
+def _filter(length=1000, taps=256, stride=2, pads=(0, 0), bias=True, batch=1, rank=4, cin=1, cout=1,
+            kernel_rows=1, **attrs) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    lead = [1] * (rank - 3)
+    w = rng.standard_normal((cout, cin, *([kernel_rows] if rank == 4 else []), taps)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b"))
+    zeros = [0] * (rank - 3)
+    if "auto_pad" not in attrs:
+        attrs["pads"] = [*zeros, pads[0], *zeros, pads[1]]
+    node = helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["y"], name="filter",
+                            kernel_shape=list(w.shape[2:]), strides=[*([1] * (rank - 3)), stride], **attrs)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, cin, *[kernel_rows * d for d in lead], length])
+    model = onnx_model([node], [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _random_geometries(count: int) -> list[onnx.ModelProto]:
+    rng = np.random.default_rng(7)
+    models = []
+    for _ in range(count):
+        taps = int(rng.integers(MIN_TAPS, 300))
+        length = taps + int(rng.integers(1, 3000))
+        pads = (int(rng.integers(0, taps)), int(rng.integers(0, taps)))
+        models.append(_filter(length, taps, stride=int(rng.integers(1, 6)), pads=pads, bias=bool(rng.integers(2)),
+                              batch=int(rng.integers(1, 4)), rank=int(rng.integers(3, 5)),
+                              cin=int(rng.choice([1, 1, 3, 8])), cout=int(rng.choice([1, 1, 2, 5]))))
+    return models
+
+
+def _values(model: onnx.ModelProto, rewritten: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
+    got = reference.session(rewritten.SerializeToString(), optimize=False).run(None, {"x": x})[0]
+    return got, want
+
+
+@pytest.mark.parametrize("model", [
+    _filter(length=43844),                                       # Basic Pitch's first low-pass: 256 taps, stride 2
+    _filter(length=216, taps=343, stride=1, pads=(127, 127), bias=False, batch=5, rank=3),   # PESTO's pitch head
+    _filter(length=216, taps=39, stride=3, rank=3, batch=2),     # PESTO's voicing filter
+    _filter(length=219, taps=39, stride=1, pads=(19, 19), rank=3, batch=6, cin=40, cout=40),   # PESTO's prefilters
+    _filter(length=219, taps=39, stride=1, pads=(19, 19), rank=3, batch=3, cin=1, cout=40),    # its first
+    _filter(length=81, taps=42, stride=2, rank=3),               # a sample past the last window: cut off
+    *_random_geometries(24),
+])
+def test_same_values_as_the_convolution(model):
+    result = long_filters_as_matmuls(model)
+    assert result.changed == 1
+    assert "Conv" not in {n.op_type for n in result.model.graph.node}
+    assert "MatMul" in {n.op_type for n in result.model.graph.node}
+    got, want = _values(model, result.model)
+    assert got.shape == want.shape
+    assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("model", [
+    _filter(taps=MIN_TAPS - 1),
+    _filter(length=64, taps=64, cin=512, cout=512, rank=3),      # W would be 16M elements at any block
+    _filter(kernel_rows=2),                     # a 2-D kernel: not one filter along one axis
+    _filter(dilations=[1, 2]),
+    _filter(length=300, auto_pad="SAME_UPPER"),
+    _filter(length=256, taps=256),              # one output: nothing to block
+], ids=["short", "band-too-large", "2-d-kernel", "dilated", "same-upper", "one-output"])
+def test_other_convolutions_are_left_alone(model):
+    result = long_filters_as_matmuls(model)
+    assert result.changed == 0 and result.model is model
+
+
+@pytest.mark.device    # compiles with IREE
+def test_a_host_build_runs_the_banded_product_and_matches_onnxruntime(tmp_path):
+    from aot import api, runtime
+    from aot.frontend.load import load
+    from aot.options import BuildOptions
+
+    model = _filter(length=4000, pads=(3, 5))
+    path = tmp_path / "filter.onnx"
+    onnx.save(model, str(path))
+    assert "MatMul" in {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
+    result = api.build(path, tmp_path / "out", BuildOptions(accel=None))
+    x = np.random.default_rng(1).standard_normal((1, 1, 1, 4000)).astype(np.float32)
+    with runtime.load(result.bundle.path) as bundle:
+        got = bundle.run({"x": x})[0]
+    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
+    assert_close(got, want, rtol=1e-4, atol=1e-3)
