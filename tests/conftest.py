@@ -242,6 +242,34 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
     return diffs
 
 
+def rewrite_outputs(model: onnx.ModelProto, rewritten: onnx.ModelProto, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's output of ``rewritten`` (unoptimised, so that its own rewrites do not hide
+    ours) and of ``model``, on one seeded random input ``x`` of the model's static shape."""
+    from aot.checks import reference
+
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
+    got = reference.session(rewritten.SerializeToString(), optimize=False).run(None, {"x": x})[0]
+    return got, want
+
+
+def host_build_outputs(model: onnx.ModelProto, tmp_path: Path, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A host-only bundle's output for ``model`` (saved under ``tmp_path`` and built there) and
+    onnxruntime's, on one seeded random input ``x`` of the model's static shape."""
+    from aot import runtime
+    from aot.checks import reference
+
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    result = build(path, tmp_path / "out", BuildOptions(accel=None))
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    with runtime.load(result.bundle.path) as bundle:
+        got = bundle.run({"x": x})[0]
+    return got, reference.session(model.SerializeToString()).run(None, {"x": x})[0]
+
+
 def onnx_model(nodes, inputs, outputs, inits=(), opset=17):
     """A one-graph ONNX model from helper-made nodes and value infos."""
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))

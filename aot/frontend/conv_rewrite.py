@@ -49,19 +49,20 @@ class ConvOperands:
 
 
 def conv_operands(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants, op_type: str,
-                  rank: int) -> ConvOperands | None:
-    """The operands of ``node`` when it is an ``op_type`` over a static rank-``rank`` input with
-    constant float32 weights (and a constant bias, if it has one); else None."""
+                  rank: int | None = None) -> ConvOperands | None:
+    """The operands of ``node`` when it is an ``op_type`` over a static rank-``rank`` input (any
+    rank with a spatial axis when None) with constant float32 weights (and a constant bias, if it
+    has one); else None."""
     if node.op_type != op_type or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
         return None
     x = shapes.get(node.input[0])
     weight = consts.get(node.input[1])
     has_bias = len(node.input) > 2 and bool(node.input[2])
     bias = consts.get(node.input[2]) if has_bias else None
-    if x is None or len(x) != rank or weight is None or (has_bias and bias is None):
+    if x is None or (len(x) != rank if rank else len(x) < 3) or weight is None or (has_bias and bias is None):
         return None
     w = numpy_helper.to_array(weight)
-    if w.dtype != np.float32 or w.ndim != rank:
+    if w.dtype != np.float32 or w.ndim != len(x):
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     return ConvOperands(attrs, tuple(x), w, numpy_helper.to_array(bias) if bias is not None else None)

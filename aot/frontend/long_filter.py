@@ -46,12 +46,10 @@ def long_filters_as_matmuls(model: onnx.ModelProto) -> PassResult:
 
 
 def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> Replacement | None:
-    x = shapes.get(node.input[0]) if node.input else None
-    if x is None or len(x) < 3:
-        return None
-    ops = conv_operands(node, shapes, consts, "Conv", len(x))
+    ops = conv_operands(node, shapes, consts, "Conv")
     if ops is None:
         return None
+    x = ops.x
     attrs, w, spatial = ops.attrs, ops.w, len(x) - 2
     pads = tuple(attrs.get("pads", (0,) * 2 * spatial))
     if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or w.shape[-1] < MIN_TAPS

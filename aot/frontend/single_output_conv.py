@@ -33,12 +33,10 @@ def split_single_output_convs(model: onnx.ModelProto) -> PassResult:
 
 
 def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> Replacement | None:
-    x = shapes.get(node.input[0]) if node.input else None
-    if x is None or len(x) < 3:
-        return None
-    ops = conv_operands(node, shapes, consts, "Conv", len(x))
+    ops = conv_operands(node, shapes, consts, "Conv")
     if ops is None:
         return None
+    x = ops.x
     w, channels = ops.w, x[1]
     if (w.shape[0] != 1 or ops.attrs.get("group", 1) != 1 or channels < 2 or w.shape[1] != channels
             or math.prod(w.shape[2:]) < 2):

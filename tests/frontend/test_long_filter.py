@@ -10,10 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.checks import reference
 from aot.checks.compare import assert_close
 from aot.frontend.long_filter import MIN_TAPS, long_filters_as_matmuls
-from conftest import onnx_model
+from conftest import host_build_outputs, onnx_model, rewrite_outputs
 
 
 def _filter(length=1000, taps=256, stride=2, pads=(0, 0), bias=True, batch=1, rank=4, cin=1, cout=1,
@@ -47,14 +46,6 @@ def _random_geometries(count: int) -> list[onnx.ModelProto]:
     return models
 
 
-def _values(model: onnx.ModelProto, rewritten: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
-    got = reference.session(rewritten.SerializeToString(), optimize=False).run(None, {"x": x})[0]
-    return got, want
-
-
 @pytest.mark.parametrize("model", [
     _filter(length=43844),                                       # Basic Pitch's first low-pass: 256 taps, stride 2
     _filter(length=216, taps=343, stride=1, pads=(127, 127), bias=False, batch=5, rank=3),   # PESTO's pitch head
@@ -69,7 +60,7 @@ def test_same_values_as_the_convolution(model):
     assert result.changed == 1
     assert "Conv" not in {n.op_type for n in result.model.graph.node}
     assert "MatMul" in {n.op_type for n in result.model.graph.node}
-    got, want = _values(model, result.model)
+    got, want = rewrite_outputs(model, result.model)
     assert got.shape == want.shape
     assert_close(got, want, rtol=1e-4, atol=1e-3)
 
@@ -89,17 +80,9 @@ def test_other_convolutions_are_left_alone(model):
 
 @pytest.mark.device    # compiles with IREE
 def test_a_host_build_runs_the_banded_product_and_matches_onnxruntime(tmp_path):
-    from aot import api, runtime
     from aot.frontend.load import load
-    from aot.options import BuildOptions
 
     model = _filter(length=4000, pads=(3, 5))
-    path = tmp_path / "filter.onnx"
-    onnx.save(model, str(path))
-    assert "MatMul" in {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
-    result = api.build(path, tmp_path / "out", BuildOptions(accel=None))
-    x = np.random.default_rng(1).standard_normal((1, 1, 1, 4000)).astype(np.float32)
-    with runtime.load(result.bundle.path) as bundle:
-        got = bundle.run({"x": x})[0]
-    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
+    got, want = host_build_outputs(model, tmp_path)
+    assert "MatMul" in {n.op_type for n in load(tmp_path / "model.onnx", cpu_conv_rewrites=True).model.graph.node}
     assert_close(got, want, rtol=1e-4, atol=1e-3)

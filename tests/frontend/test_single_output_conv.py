@@ -10,10 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.checks import reference
 from aot.checks.compare import assert_close
 from aot.frontend.single_output_conv import split_single_output_convs
-from conftest import onnx_model
+from conftest import host_build_outputs, onnx_model, rewrite_outputs
 
 
 def _conv(spatial=(20, 12), cin=8, cout=1, kernel=(5, 5), bias=True, const_weights=True, **attrs) -> onnx.ModelProto:
@@ -48,10 +47,7 @@ def test_same_values_as_the_convolution(model):
     assert len(depthwise) == 1
     assert {a.name: helper.get_attribute_value(a) for a in depthwise[0].attribute}["group"] == cin
     assert "ReduceSum" in {n.op_type for n in nodes}
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
-    got = reference.session(result.model.SerializeToString(), optimize=False).run(None, {"x": x})[0]
+    got, want = rewrite_outputs(model, result.model)
     assert got.shape == want.shape
     assert_close(got, want, rtol=1e-5, atol=1e-4)
 
@@ -70,18 +66,10 @@ def test_other_convolutions_are_left_alone(model):
 
 @pytest.mark.device    # compiles with IREE
 def test_a_host_build_runs_the_rewritten_convolution_and_matches_onnxruntime(tmp_path):
-    from aot import api, runtime
     from aot.frontend.load import load
-    from aot.options import BuildOptions
 
     model = _conv(cin=32, kernel=(7, 3), pads=[3, 1, 3, 1])
-    path = tmp_path / "head.onnx"
-    onnx.save(model, str(path))
-    loaded = load(path, cpu_conv_rewrites=True)
+    got, want = host_build_outputs(model, tmp_path)
+    loaded = load(tmp_path / "model.onnx", cpu_conv_rewrites=True)
     assert [n.op_type for n in loaded.model.graph.node] == ["Conv", "ReduceSum", "Add"]
-    result = api.build(path, tmp_path / "out", BuildOptions(accel=None))
-    x = np.random.default_rng(1).standard_normal((2, 32, 20, 12)).astype(np.float32)
-    with runtime.load(result.bundle.path) as bundle:
-        got = bundle.run({"x": x})[0]
-    want = reference.session(model.SerializeToString()).run(None, {"x": x})[0]
     assert_close(got, want, rtol=1e-4, atol=1e-4)
