@@ -9,11 +9,11 @@ convolution, gathers a matrix 39 times the input (137 MB for PESTO's; 47 ms to w
 outputs cut into blocks of ``B`` the same sums are one product:
 
     y[co, t*B + r] = sum_(ci, m) X[t, ci, m] * W[ci, m, co, r]
-    X[t, ci] = x[ci, s*B*t : s*B*t + q*s*B],   W[ci, m, co, r] = w[co, ci, m - s*r]
+    X[t, ci] = x[ci, s*B*t : s*B*t + s*(B-1) + taps],   W[ci, m, co, r] = w[co, ci, m - s*r]
 
 (``s`` the stride, ``W`` zero outside the band). The rows of ``X`` overlap: ``q`` consecutive rows
-of ``x`` cut into rows of ``s*B``, concatenated, about ``1 + s*B / taps`` times the input instead of
-``taps`` times. ``B`` near ``taps / s`` keeps the band at half of ``W`` or more (at most twice the
+of ``x`` cut into rows of ``s*B``, concatenated (the last cut short), about ``1 + s*B / taps``
+times the input instead of ``taps`` times. ``B`` near ``taps / s`` keeps the band at half of ``W`` or more (at most twice the
 multiply-adds); it is halved while ``W`` is over ``MAX_BAND`` elements. A filter under
 ``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with IREE's convolution.
 Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
@@ -34,8 +34,9 @@ from onnx import helper, numpy_helper
 from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, conv_operands, rewrite_each
 from aot.frontend.passes import PassResult
 
-MIN_TAPS = 32      # a shorter filter leaves W mostly zeros: q*s*B multiply-adds per output for `taps`
+MIN_TAPS = 32      # a shorter filter leaves W mostly zeros: s*(B-1) + taps multiply-adds per output for `taps`
 MIN_BLOCK, MAX_BLOCK = 16, 128   # outputs per product row (times the output channels: N of the matmul)
+ROW_ALIGN = 16     # K of the product: IREE 3.13 default flags ran PESTO's at 105 GFLOP/s with K = 1880, 195 with 1920
 MAX_BAND = 1 << 20               # elements of W (4 MiB of float32): a bundle should not grow past that
 
 
@@ -106,8 +107,10 @@ class _Band:
 
     @property
     def window(self) -> int:
-        """Samples per channel in one row of X."""
-        return self.pieces * self.row_len
+        """Samples per channel in one row of X: the last piece cut to what the row's outputs read,
+        rounded up so that a row (``window * channels``) is a multiple of ``ROW_ALIGN`` floats."""
+        align = ROW_ALIGN // math.gcd(self.channels, ROW_ALIGN)
+        return min(-(-(self.stride * (self.block - 1) + self.taps) // align) * align, self.pieces * self.row_len)
 
     @property
     def padded(self) -> int:
@@ -119,14 +122,17 @@ class _Band:
         return self.channels * self.window * self.filters * self.block
 
     def matrix(self, w: np.ndarray) -> np.ndarray:
-        """W as [channels * window, filters * block] from weights [filters, channels, taps]."""
-        band = np.zeros((self.channels, self.window, self.filters, self.block), np.float32)
+        """W as [window * channels, block * filters] from weights [filters, channels, taps]: rows in
+        the order of a channels-last window, columns in that of channels-last outputs."""
+        band = np.zeros((self.window, self.channels, self.block, self.filters), np.float32)
         for r in range(self.block):
-            band[:, self.stride * r: self.stride * r + self.taps, :, r] = w.transpose(1, 2, 0)
-        return band.reshape(self.channels * self.window, self.filters * self.block)
+            band[self.stride * r: self.stride * r + self.taps, :, r, :] = w.transpose(2, 1, 0)
+        return band.reshape(self.window * self.channels, self.block * self.filters)
 
 
 def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray | None, spatial: int) -> Replacement:
+    """The nodes, channels last throughout: the input is transposed once (where a row of ``X``
+    would be transposed ``pieces`` times over), and the output once, from [outputs, filters]."""
     p = f"{node.name}.banded"
     n, c, f = band.batch, band.channels, band.filters
 
@@ -140,30 +146,34 @@ def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray |
 
     inits: list[onnx.TensorProto] = [numpy_helper.from_array(band.matrix(w), f"{p}.w")]
     nodes: list[onnx.NodeProto] = []
-    axis, zero = const("axis", [2]), const("zero", [0])    # every Slice below cuts along axis 2
-    flat = op("Reshape", [node.input[0], const("flat", [n, c, band.length])], f"{p}.samples")
+    axis, zero = const("axis", [1]), const("zero", [0])    # every Slice below cuts along axis 1
+    if c > 1:
+        flat = op("Transpose", [op("Reshape", [node.input[0], const("flat", [n, c, band.length])], f"{p}.samples")],
+                  f"{p}.channels_last", perm=[0, 2, 1])
+    else:       # one channel: channels last is a Reshape
+        flat = op("Reshape", [node.input[0], const("flat", [n, band.length, 1])], f"{p}.channels_last")
     extra = band.padded - band.begin - band.length
     if band.begin or extra > 0:
-        flat = op("Pad", [flat, const("pads", [0, 0, band.begin, 0, 0, max(extra, 0)])], f"{p}.padded")
+        flat = op("Pad", [flat, const("pads", [0, band.begin, 0, 0, max(extra, 0), 0])], f"{p}.padded")
     if extra < 0:   # samples past the last output's window
         flat = op("Slice", [flat, zero, const("used", [band.padded]), axis], f"{p}.used")
-    rows = op("Reshape", [flat, const("rows", [n, c, band.rows + band.pieces - 1, band.row_len])], f"{p}.rows")
+    rows = op("Reshape", [flat, const("rows", [n, band.rows + band.pieces - 1, band.row_len * c])], f"{p}.rows")
+    last = band.pieces - 1
     pieces = [op("Slice", [rows, const(f"from{j}", [j]), const(f"to{j}", [j + band.rows]), axis], f"{p}.piece{j}")
-              for j in range(band.pieces)]
-    windows = op("Concat", pieces, f"{p}.windows", axis=3) if len(pieces) > 1 else pieces[0]
-    if c > 1:   # [n, c, rows, window] -> [n, rows, c, window]; with one channel a Reshape does it
-        windows = op("Transpose", [windows], f"{p}.by_row", perm=[0, 2, 1, 3])
-    windows = op("Reshape", [windows, const("matrix", [n, band.rows, c * band.window])], f"{p}.matrix")
+              for j in range(last)]
+    tail = (band.window - last * band.row_len) * c
+    pieces.append(op("Slice", [rows, const("from_last", [last, 0]), const("to_last", [last + band.rows, tail]),
+                               const("last_axes", [1, 2])], f"{p}.piece{last}"))
+    windows = op("Concat", pieces, f"{p}.windows", axis=2) if len(pieces) > 1 else pieces[0]
     product = op("MatMul", [windows, f"{p}.w"], f"{p}.product")
-    if f > 1:   # [n, rows, f, block] -> [n, f, rows, block]
-        product = op("Transpose", [op("Reshape", [product, const("split", [n, band.rows, f, band.block])],
-                                      f"{p}.split")], f"{p}.by_filter", perm=[0, 2, 1, 3])
-    y = op("Reshape", [product, const("outputs", [n, f, band.rows * band.block])], f"{p}.flat_out")
+    y = op("Reshape", [product, const("outputs", [n, band.rows * band.block, f])], f"{p}.flat_out")
     if band.rows * band.block != band.outputs:
         y = op("Slice", [y, zero, const("end", [band.outputs]), axis], f"{p}.cropped")
     if b is not None:
-        inits.append(numpy_helper.from_array(b.astype(np.float32).reshape(1, f, 1), f"{p}.bias"))
+        inits.append(numpy_helper.from_array(b.astype(np.float32).reshape(1, 1, f), f"{p}.bias"))
         y = op("Add", [y, f"{p}.bias"], f"{p}.biased")
+    if f > 1:
+        y = op("Transpose", [y], f"{p}.channels_first", perm=[0, 2, 1])
     nodes.append(helper.make_node("Reshape", [y, const("shape", [n, f, *[1] * (spatial - 1), band.outputs])],
                                   [node.output[0]], name=f"{p}.shape"))
     return nodes, inits

@@ -12,6 +12,8 @@ which IREE vectorises along the channels and the width, then a ReduceSum over th
 Measured alone against the convolution (docs/performance.md, stop 55): 1.75-5.8x faster over 8-48
 channels with 3x3 to 7x3 kernels. A 1x1 kernel is excluded: that convolution is a matrix-vector
 product IREE already runs faster than onnxruntime, and the rewrite made it 1.8-2x slower.
+These convolutions met ``lower/direct_conv.py``'s rule before (a direct convolution instead of
+im2col, 5.9x im2col on 32 -> 1 over 7x7); the figures above are against that direct form.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def _chain() -> onnx.ModelProto:
         ("wide", (8, 8, 3, 39), dict(pads=[1, 19, 1, 19]), True),
         ("ordinary", (8, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True),
         ("strided", (2, 8, 5, 5), dict(pads=[2, 1, 2, 3], strides=[2, 3]), False),   # asymmetric
-        ("dilated", (1, 2, 9, 9), dict(pads=[8, 8, 8, 8], dilations=[2, 2]), True),   # not depthwise: 2 in, 1 out
+        # not depthwise: 2 in, 2 out (one out would be the front end's: frontend/single_output_conv.py)
+        ("dilated", (2, 2, 9, 9), dict(pads=[8, 8, 8, 8], dilations=[2, 2]), True),
     ]
     x = "x"
     for name, shape, attrs, bias in layers:
