@@ -13,12 +13,14 @@ outputs cut into blocks of ``B`` the same sums are one product:
 
 (``s`` the stride, ``W`` zero outside the band). The rows of ``X`` overlap: ``q`` consecutive rows
 of ``x`` cut into rows of ``s*B``, concatenated (the last cut short), about ``1 + s*B / taps``
-times the input instead of ``taps`` times. ``B`` near ``taps / s`` keeps the band at half of ``W`` or more (at most twice the
-multiply-adds); it is halved while ``W`` is over ``MAX_BAND`` elements. A filter under
-``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with IREE's convolution.
+times the input instead of ``taps`` times. ``B`` near ``taps / s`` keeps the band at half of ``W``
+or more (at most twice the multiply-adds; more where ``taps / s`` is under ``MIN_BLOCK``, which a
+strided short filter pays for a product wide enough to run well); it is halved while ``W`` is over
+``MAX_BAND`` elements. A filter under ``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with
+IREE's convolution.
 Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
-frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 56 at the
-default flags.
+frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 47-54 at
+the default flags, 400 -> 34 tuned.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from aot.frontend.passes import PassResult
 
 MIN_TAPS = 32      # a shorter filter leaves W mostly zeros: s*(B-1) + taps multiply-adds per output for `taps`
 MIN_BLOCK, MAX_BLOCK = 16, 128   # outputs per product row (times the output channels: N of the matmul)
-ROW_ALIGN = 16     # K of the product: IREE 3.13 default flags ran PESTO's at 105 GFLOP/s with K = 1880, 195 with 1920
+ROW_ALIGN = 16     # floats in a row of X, the product's K: at IREE's default flags PESTO's ran at
+                   # 105 GFLOP/s with K = 1880 and at 195 with 1920
 MAX_BAND = 1 << 20               # elements of W (4 MiB of float32): a bundle should not grow past that
 
 
