@@ -20,7 +20,8 @@ strided short filter pays for a product wide enough to run well); it is halved w
 IREE's convolution.
 Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
 frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 47-54 at
-the default flags, 400 -> 34 tuned.
+the default flags, 400 -> 34 tuned; CREPE's (not looked at; its kernels run down the rows of a
+one-column input, so the filter's axis is whichever has the taps) 379 -> 64 tuned.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ MAX_BAND = 1 << 20               # elements of W (4 MiB of float32): a bundle sh
 
 
 def long_filters_as_matmuls(model: onnx.ModelProto) -> PassResult:
-    """Pass: rewrite each ungrouped Conv along one axis (a 1-D kernel of ``MIN_TAPS`` or more taps
-    over the last axis, every other spatial axis of size one) as a banded matmul; count them."""
+    """Pass: rewrite each ungrouped Conv along one axis (a kernel of ``MIN_TAPS`` or more taps along
+    it, every other spatial axis of size one in the input and the kernel) as a banded matmul; count
+    them."""
     return rewrite_each(model, _rewrite)
 
 
@@ -53,24 +55,25 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
     ops = conv_operands(node, shapes, consts, "Conv")
     if ops is None:
         return None
-    x = ops.x
-    attrs, w, spatial = ops.attrs, ops.w, len(x) - 2
+    x, attrs, w, spatial = ops.x, ops.attrs, ops.w, len(ops.x) - 2
     pads = tuple(attrs.get("pads", (0,) * 2 * spatial))
-    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or w.shape[-1] < MIN_TAPS
-            or any(d != 1 for d in (*x[2:-1], *w.shape[2:-1])) or any((*pads[:spatial - 1], *pads[spatial:-1]))
+    axis = int(np.argmax(w.shape[2:]))      # the filter's axis; every other one must be of size one
+    others = [a for a in range(spatial) if a != axis]
+    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or w.shape[2 + axis] < MIN_TAPS
+            or any(x[2 + a] != 1 or w.shape[2 + a] != 1 or pads[a] or pads[spatial + a] for a in others)
             or any(d != 1 for d in attrs.get("dilations", ()))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID")):
         return None
-    stride = tuple(attrs.get("strides", (1,) * spatial))[-1]
-    band = _Band(batch=x[0], channels=x[1], length=x[-1], begin=pads[spatial - 1], end=pads[-1],
-                 taps=w.shape[-1], stride=stride, filters=w.shape[0])
+    band = _Band(batch=x[0], channels=x[1], length=x[2 + axis], begin=pads[axis], end=pads[spatial + axis],
+                 taps=w.shape[2 + axis], stride=tuple(attrs.get("strides", (1,) * spatial))[axis], filters=w.shape[0])
     if band.outputs < 2:
         return None
     while band.elements > MAX_BAND and band.block > 1:
         band = replace(band, block_limit=band.block // 2)
     if band.elements > MAX_BAND:
         return None
-    return _decompose(node, band, w.reshape(w.shape[0], w.shape[1], -1), ops.b, spatial)
+    out_shape = [band.batch, band.filters] + [band.outputs if a == axis else 1 for a in range(spatial)]
+    return _decompose(node, band, w.reshape(w.shape[0], w.shape[1], -1), ops.b, out_shape)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ class _Band:
         return band.reshape(self.window * self.channels, self.block * self.filters)
 
 
-def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray | None, spatial: int) -> Replacement:
+def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray | None,
+               out_shape: list[int]) -> Replacement:
     """The nodes, channels last throughout: the input is transposed once (where a row of ``X``
     would be transposed ``pieces`` times over), and the output once, from [outputs, filters]."""
     p = f"{node.name}.banded"
@@ -177,6 +181,5 @@ def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray |
         y = op("Add", [y, f"{p}.bias"], f"{p}.biased")
     if f > 1:
         y = op("Transpose", [y], f"{p}.channels_first", perm=[0, 2, 1])
-    nodes.append(helper.make_node("Reshape", [y, const("shape", [n, f, *[1] * (spatial - 1), band.outputs])],
-                                  [node.output[0]], name=f"{p}.shape"))
+    nodes.append(helper.make_node("Reshape", [y, const("shape", out_shape)], [node.output[0]], name=f"{p}.shape"))
     return nodes, inits

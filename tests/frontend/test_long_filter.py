@@ -1,5 +1,6 @@
 """A Conv along one axis with a long kernel becomes a banded matmul with the same values (Basic
-Pitch's and PESTO's, and seeded random geometries: channels, strides, padding, bias, 3-D and 4-D);
+Pitch's, PESTO's and CREPE's, down the rows as well as along them, and seeded random geometries:
+channels, strides, padding, bias, 3-D and 4-D);
 short, dilated, SAME-padded and two-dimensional kernels, and ones whose band would be too large, are
 left alone; and a host build matches onnxruntime."""
 
@@ -33,6 +34,18 @@ def _filter(length=1000, taps=256, stride=2, pads=(0, 0), bias=True, batch=1, ra
     return onnx.shape_inference.infer_shapes(model)
 
 
+def _along_rows(length=128, taps=64, stride=1, pads=(31, 32), batch=3, cin=16, cout=16) -> onnx.ModelProto:
+    """CREPE's layers: a (taps x 1) kernel down the rows of a one-column input."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((cout, cin, taps, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b")]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="filter", kernel_shape=[taps, 1],
+                            strides=[stride, 1], pads=[pads[0], 0, pads[1], 0])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, cin, length, 1])
+    model = onnx_model([node], [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return onnx.shape_inference.infer_shapes(model)
+
+
 def _random_geometries(count: int) -> list[onnx.ModelProto]:
     rng = np.random.default_rng(7)
     models = []
@@ -53,6 +66,8 @@ def _random_geometries(count: int) -> list[onnx.ModelProto]:
     _filter(length=219, taps=39, stride=1, pads=(19, 19), rank=3, batch=6, cin=40, cout=40),   # PESTO's prefilters
     _filter(length=219, taps=39, stride=1, pads=(19, 19), rank=3, batch=3, cin=1, cout=40),    # its first
     _filter(length=81, taps=42, stride=2, rank=3),               # a sample past the last window: cut off
+    _along_rows(),                                               # CREPE's 64-tap layers, down the rows
+    _along_rows(length=1024, taps=512, stride=4, pads=(254, 254), cin=1, cout=32),   # and its first
     *_random_geometries(24),
 ])
 def test_same_values_as_the_convolution(model):
