@@ -281,6 +281,11 @@ def _training_data(args: argparse.Namespace, say: Callable[[str], None]) -> "Dat
     from aot.learn.dataset import load_dataset
 
     data = load_dataset(Path(args.db), args_.build_options(args), progress=say)
+    left_out: dict[str, list[str]] = {}   # said by train and eval alike: nothing is dropped silently
+    for model, why in data.skipped:
+        left_out.setdefault(model, []).append(why)
+    for model, whys in left_out.items():
+        say(f"learn  skipped {model} ({len(whys)} stored plan(s) or the model): {whys[0]}")
     return data if args.with_generated else data.real_only()
 
 
@@ -291,8 +296,6 @@ def _cmd_learn_train(args: argparse.Namespace) -> int:
         print(s, file=sys.stderr)
 
     data = _training_data(args, say)
-    for model, why in data.skipped:
-        say(f"learn  skipped {model}: {why}")
     learned = fit(data, ModeChoice(args.mode), weights=_choice_weights(args))
     learned.save(Path(args.output))
     say("learn  " + ", ".join(f"{k} {v}" for k, v in learned.summary) + f"; training set {learned.training_set}")
@@ -318,6 +321,7 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
         write_json(Path(args.json), {
             "graphs": result.graphs, "plans": result.plans, "rows": result.rows, "mode": result.mode,
             "best_classes": dict(result.best_classes),
+            "skipped": [{"model": model, "why": why} for model, why in data.skipped],
             "mean": {p.value: dataclasses.asdict(result.mean(p)) for p in evaluate.Predictor},
             "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores},
                           "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None}

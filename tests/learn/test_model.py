@@ -298,3 +298,19 @@ def test_the_train_and_eval_commands(synthetic_db, tmp_path):
     assert all(np.isfinite(h[p]["tau"]) for h in data["held_out"] for p in ("learned", "fitted roofline"))
     missing = run_aot("learn", "train", "--db", str(tmp_path / "none.sqlite"), check=False)
     assert missing.returncode == 1 and "ERROR: no cost database" in missing.stderr and "none.sqlite" in missing.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_train_and_eval_name_every_model_they_left_out(command, monkeypatch):
+    """A model whose stored plans no longer fit it (its front end changed) is said, not dropped."""
+    from aot import cli_tools
+    from aot.cli import _parser
+    from aot.learn import dataset
+
+    why = "a stored plan no longer fits the model: 316 node(s) are in no region"
+    skipped = (("corpus:basic-pitch", why), ("corpus:basic-pitch", "another"), ("zoo:minilm", "cannot load it"))
+    monkeypatch.setattr(dataset, "load_dataset", lambda *a, **k: dataset.Dataset((), "fp", skipped))
+    said: list[str] = []
+    cli_tools._training_data(_parser().parse_args(["learn", command, "--db", "x.sqlite", "--accel", "none"]), said.append)
+    assert said == [f"learn  skipped corpus:basic-pitch (2 stored plan(s) or the model): {why}",
+                    "learn  skipped zoo:minilm (1 stored plan(s) or the model): cannot load it"]
