@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from aot.bundle.write import Bundle, Staged, describe, publish_bundle, stage, weights_entry
 from aot.checks import measure, measured_order, verify
 from aot.checks.reference import random_inputs
+from aot.errors import PartitionError
 from aot import memory_limits
 from aot.frontend.graph import GraphView
 from aot.frontend.load import ModelSource, load
@@ -109,7 +110,13 @@ def plan_source(source: "Source", view: GraphView, options: BuildOptions, *, sug
     candidates: tuple[Plan, ...]
     if options.plan_file is not None:
         plan = Plan.load(options.plan_file)
-        validate(plan, view)
+        try:
+            validate(plan, view)
+        except PartitionError as e:
+            raise PartitionError(f"--plan {str(options.plan_file)!r} does not fit this model: {e.message}",
+                                 hint="a plan replays the graph it was made for; another model, input shape, or "
+                                      "aot version (whose front end rewrites some ops differently) gives another "
+                                      "graph: build without --plan to plan it again") from None
         searched, greedy, candidates = None, None, ()    # a plan file is replayed: nothing is searched
     else:
         partitioned = (partition(view, popts) if not _learned(popts) else

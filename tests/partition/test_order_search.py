@@ -4,6 +4,8 @@ replay searches nothing), and reported per segment."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -262,3 +264,19 @@ def test_the_html_report_escapes_and_shows_the_segments():
         ("x", BoundaryTensor("float32", (1, 2), 8)), ("y", BoundaryTensor("float32", (1, 2), 8))))
     page = report.html_page(manifest, rec)
     assert "<h2>Segments</h2>" in page and "&lt;b&gt;..x&amp;y" in page and "<b>.." not in page
+
+
+def test_a_plan_file_that_does_not_fit_the_model_says_so_and_how_to_plan_again(example_model, tmp_path):
+    """A pinned plan of another graph of the model (an older aot's front end rewrote it otherwise)."""
+    from aot.errors import PartitionError
+
+    planned = api.plan(example_model, BuildOptions(), suggest=False)
+    first = planned.plan.regions[0]
+    stale = dataclasses.replace(planned.plan, regions=(dataclasses.replace(first, nodes=first.nodes[1:]),
+                                                       *planned.plan.regions[1:]))
+    path = tmp_path / "stale.json"
+    stale.save(path)
+    with pytest.raises(PartitionError, match=r"--plan '.*stale.json' does not fit this model: 1 node\(s\) are in no "
+                                             r"region") as caught:
+        api.plan(example_model, BuildOptions(plan_file=path), suggest=False)
+    assert "build without --plan" in caught.value.hint
