@@ -98,7 +98,7 @@ CORPUS: tuple[ZooModel, ...] = (
     # 100 frames: one second of audio at torchcrepe's 10 ms hop. Development: it was looked at
     # when the long-filter rewrite learnt to run down either spatial axis (docs/performance.md).
     ZooModel("crepe-tiny", *_TORCHCREPE, "torchcrepe/assets/tiny.pth",
-             (("frames", (100, checkpoints.CREPE_FRAME)),), None, exporter=checkpoints.crepe("tiny")),
+             (("frames", (100, checkpoints.CREPE_FRAME)),), 17, exporter=checkpoints.crepe("tiny")),
 )
 
 # Held out (see the module docstring): a recurrent model and a one-stage detector, two classes
