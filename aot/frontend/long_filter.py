@@ -15,8 +15,10 @@ outputs cut into blocks of ``B`` the same sums are one product:
 of ``x`` cut into rows of ``s*B``, concatenated (the last cut short), about ``1 + s*B / taps``
 times the input instead of ``taps`` times. ``B`` near ``taps / s`` keeps the band at half of ``W``
 or more (at most twice the multiply-adds; more where ``taps / s`` is under ``MIN_BLOCK``, which a
-strided short filter pays for a product wide enough to run well); it is halved while ``W`` is over
-``MAX_BAND`` elements. A filter under ``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with
+strided short filter pays for a product wide enough to run well); of it and its halvings under
+``MAX_BAND`` elements of ``W``, the block whose product, copies and weights cost least is taken
+(``Band.cost``: a small block copies a many-channel input often, CREPE's 128 channels 17 times at
+``B = 4``). A filter under ``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with
 IREE's convolution.
 Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
 frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 47-54 at
@@ -41,7 +43,13 @@ MIN_TAPS = 32      # a shorter filter leaves W mostly zeros: s*(B-1) + taps mult
 MIN_BLOCK, MAX_BLOCK = 16, 128   # outputs per product row (times the output channels: N of the matmul)
 ROW_ALIGN = 16     # floats in a row of X, the product's K: at IREE's default flags PESTO's ran at
                    # 105 GFLOP/s with K = 1880 and at 195 with 1920
-MAX_BAND = 1 << 20               # elements of W (4 MiB of float32): a bundle should not grow past that
+MAX_BAND = 1 << 22               # elements of W (16 MiB of float32): a bundle should not grow past that
+# Which block: the one whose product, copies of X and reads of W cost least, in multiply-add
+# equivalents. Measured on CREPE's tiny model (docs/performance.md, stop 56): the copies wrote X at
+# 6.7 GB/s, data tiling packed it at 15 GB/s and the products ran at 320-370 GFLOP/s, so a float of X
+# (written, packed, read) costs about 1.2 ns, 360 flops at 300 GFLOP/s, and a float of W (read) 120.
+X_FLOAT_COST = 360
+W_FLOAT_COST = 120
 
 
 def long_filters_as_matmuls(model: onnx.ModelProto) -> PassResult:
@@ -64,20 +72,28 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
             or any(d != 1 for d in attrs.get("dilations", ()))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID")):
         return None
-    band = _Band(batch=x[0], channels=x[1], length=x[2 + axis], begin=pads[axis], end=pads[spatial + axis],
+    band = Band(batch=x[0], channels=x[1], length=x[2 + axis], begin=pads[axis], end=pads[spatial + axis],
                  taps=w.shape[2 + axis], stride=tuple(attrs.get("strides", (1,) * spatial))[axis], filters=w.shape[0])
     if band.outputs < 2:
         return None
-    while band.elements > MAX_BAND and band.block > 1:
-        band = replace(band, block_limit=band.block // 2)
-    if band.elements > MAX_BAND:
+    if (chosen := cheapest_block(band)) is None:
         return None
+    band = chosen
     out_shape = [band.batch, band.filters] + [band.outputs if a == axis else 1 for a in range(spatial)]
     return _decompose(node, band, w.reshape(w.shape[0], w.shape[1], -1), ops.b, out_shape)
 
 
+def cheapest_block(band: Band) -> Band | None:
+    """`band` at the block of least ``cost`` among its own and its halvings whose ``W`` fits
+    ``MAX_BAND``; None when none does."""
+    bands = [band]
+    while bands[-1].block > 1:
+        bands.append(replace(band, block_limit=bands[-1].block // 2))
+    return min((b for b in bands if b.elements <= MAX_BAND), key=lambda b: b.cost, default=None)
+
+
 @dataclass(frozen=True)
-class _Band:
+class Band:
     """The block geometry of one convolution: ``rows`` product rows (per image) of ``block``
     outputs each, each row reading ``pieces`` consecutive input rows of ``stride * block`` samples."""
 
@@ -125,7 +141,20 @@ class _Band:
 
     @property
     def elements(self) -> int:
+        """Of W."""
         return self.channels * self.window * self.filters * self.block
+
+    @property
+    def x_elements(self) -> int:
+        return self.batch * self.rows * self.window * self.channels
+
+    @property
+    def cost(self) -> int:
+        """Multiply-add equivalents of the product, X's copies and W's reads (``X_FLOAT_COST``):
+        a smaller block copies the input more often (about ``taps / (s*B)`` times), a larger one
+        multiplies more zeros and reads a larger W."""
+        flops = 2 * self.x_elements * self.block * self.filters
+        return flops + X_FLOAT_COST * self.x_elements + W_FLOAT_COST * self.elements
 
     def matrix(self, w: np.ndarray) -> np.ndarray:
         """W as [window * channels, block * filters] from weights [filters, channels, taps]: rows in
@@ -136,7 +165,7 @@ class _Band:
         return band.reshape(self.window * self.channels, self.block * self.filters)
 
 
-def _decompose(node: onnx.NodeProto, band: _Band, w: np.ndarray, b: np.ndarray | None,
+def _decompose(node: onnx.NodeProto, band: Band, w: np.ndarray, b: np.ndarray | None,
                out_shape: list[int]) -> Replacement:
     """The nodes, channels last throughout: the input is transposed once (where a row of ``X``
     would be transposed ``pieces`` times over), and the output once, from [outputs, filters]."""

@@ -12,7 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks.compare import assert_close
-from aot.frontend.long_filter import MIN_TAPS, long_filters_as_matmuls
+from dataclasses import replace
+
+from aot.frontend.long_filter import MAX_BAND, MIN_TAPS, Band, cheapest_block, long_filters_as_matmuls
 from conftest import golden, onnx_model, rewrite_outputs
 
 
@@ -91,6 +93,34 @@ def test_same_values_as_the_convolution(model):
 def test_other_convolutions_are_left_alone(model):
     result = long_filters_as_matmuls(model)
     assert result.changed == 0 and result.model is model
+
+
+def _candidates(band: Band) -> list[Band]:
+    out = [band]
+    while out[-1].block > 1:
+        out.append(replace(band, block_limit=out[-1].block // 2))
+    return [b for b in out if b.elements <= MAX_BAND]
+
+
+def test_the_block_weighs_the_input_copies_against_the_multiply_adds():
+    # CREPE's second layer: 128 -> 16 channels, 64 taps over 128 outputs of 100 frames. Capped by
+    # W's size alone (stop 55) its block was 4, which copies the input 17 times.
+    band = Band(batch=100, channels=128, length=128, begin=31, end=32, taps=64, stride=1, filters=16)
+    chosen = cheapest_block(band)
+    assert chosen is not None and chosen.elements <= MAX_BAND
+    assert chosen.cost == min(b.cost for b in _candidates(band))
+    direct_flops = 2 * band.batch * band.outputs * band.taps * band.channels * band.filters
+    def copies(b: Band) -> float:
+        return b.x_elements / (b.batch * b.channels * (b.length + b.begin + b.end))
+
+    assert copies(chosen) < 6 < copies(replace(band, block_limit=4))
+    assert 2 * chosen.x_elements * chosen.block * chosen.filters < 1.3 * direct_flops
+    # One channel in and out (Basic Pitch's low-pass): copies are cheap, the widest block is kept.
+    lowpass = Band(batch=1, channels=1, length=43844, begin=127, end=128, taps=256, stride=2, filters=1)
+    assert cheapest_block(lowpass) == lowpass
+    # No block fits the cap: left to IREE's convolution.
+    assert cheapest_block(Band(batch=1, channels=512, length=64, begin=0, end=0, taps=64, stride=1,
+                               filters=512)) is None
 
 
 @pytest.mark.device    # compiles with IREE
