@@ -18,8 +18,11 @@ or more (at most twice the multiply-adds; more where ``taps / s`` is under ``MIN
 strided short filter pays for a product wide enough to run well); of it and its halvings under
 ``MAX_BAND`` elements of ``W``, the block whose product, copies and weights cost least is taken
 (``Band.cost``: a small block copies a many-channel input often, CREPE's 128 channels 17 times at
-``B = 4``). A filter under ``MIN_TAPS`` leaves ``W`` mostly zeros, and stays with
-IREE's convolution.
+``B = 4``). A filter under ``MIN_TAPS`` over one image stays with IREE's convolution (a band
+would be mostly zeros, and ``B = 1`` is IREE's own im2col); over a batch it is rewritten too,
+mostly at ``B = 1``: IREE runs a batched convolution as one product per image (ICLabel's 128 -> 256
+1 x 3 over 80 x 100 bins at 178 GFLOP/s, PESTO's 1 x 1 over 100 x 219 at 20-23), and the product
+here runs over the whole batch's rows.
 Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
 frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 47-54 at
 the default flags, 400 -> 34 tuned; CREPE's (not looked at; its kernels run down the rows of a
@@ -40,7 +43,7 @@ from onnx import helper, numpy_helper
 from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, conv_operands, rewrite_each
 from aot.frontend.passes import PassResult
 
-MIN_TAPS = 32      # a shorter filter leaves W mostly zeros: s*(B-1) + taps multiply-adds per output for `taps`
+MIN_TAPS = 32      # over one image, a shorter filter leaves W mostly zeros: s*(B-1) + taps multiply-adds per output for `taps`
 MIN_BLOCK, MAX_BLOCK = 16, 128   # outputs per product row (times the output channels: N of the matmul)
 ROW_ALIGN = 16     # floats in a row of X, the product's K: at IREE's default flags PESTO's ran at
                    # 105 GFLOP/s with K = 1880 and at 195 with 1920
@@ -54,9 +57,9 @@ W_FLOAT_COST = 120
 
 
 def long_filters_as_matmuls(model: onnx.ModelProto) -> PassResult:
-    """Pass: rewrite each ungrouped Conv along one axis (a kernel of ``MIN_TAPS`` or more taps along
-    it, every other spatial axis of size one in the input and the kernel) as a banded matmul; count
-    them."""
+    """Pass: rewrite each ungrouped Conv along one axis (every other spatial axis of size one in
+    the input and the kernel; a kernel of ``MIN_TAPS`` or more taps along it, or any kernel over a
+    batch of images) as a banded matmul; count them."""
     return rewrite_each(model, _rewrite)
 
 
@@ -68,7 +71,7 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
     pads = tuple(attrs.get("pads", (0,) * 2 * spatial))
     axis = int(np.argmax(w.shape[2:]))      # the filter's axis; every other one must be of size one
     others = [a for a in range(spatial) if a != axis]
-    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or w.shape[2 + axis] < MIN_TAPS
+    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or (w.shape[2 + axis] < MIN_TAPS and x[0] == 1)
             or any(x[2 + a] != 1 or w.shape[2 + a] != 1 or pads[a] or pads[spatial + a] for a in others)
             or any(d != 1 for d in attrs.get("dilations", ()))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID")):

