@@ -82,7 +82,7 @@ soak: setup
 # extra for the evaluation.
 LEARN_MODELS ?= zoo:mtcnn-pnet zoo:mtcnn-rnet zoo:mtcnn-onet zoo:silero-vad zoo:ppocr-cls zoo:ppocr-rec \
 	zoo:ppocr-det zoo:minilm corpus:magika corpus:oww-melspec corpus:oww-embedding corpus:lcnet-orientation \
-	corpus:minilm-l3 corpus:opennsfw-resnet50 corpus:nudenet-yolov8n corpus:basic-pitch corpus:crepe-tiny corpus:pesto
+	corpus:minilm-l3 corpus:opennsfw-resnet50 corpus:nudenet-yolov8n corpus:basic-pitch corpus:crepe-tiny corpus:pesto corpus:iclabel
 LEARN_DB ?= artifacts/learn/host.sqlite
 LEARN_SIDE_DB ?= artifacts/learn/host-side-by-side.sqlite
 learn-host: setup $(EXAMPLE)
