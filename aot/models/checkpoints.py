@@ -19,9 +19,7 @@ than after the TorchScript exporter's separate Pad). The form onnxruntime runs f
 from __future__ import annotations
 
 import collections
-import contextlib
 import io
-import logging
 import math
 import tempfile
 import typing
@@ -135,19 +133,12 @@ def _export(module: Any, input_shapes: InputShapes, output_names: tuple[str, ...
     module.eval()
     gen = torch.Generator().manual_seed(0)
     args = tuple(torch.randn(dims, generator=gen) for _, dims in input_shapes)
-    log = logging.getLogger("torch.onnx")   # it logs that torchvision's ops are not registered
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        with tempfile.TemporaryDirectory(prefix="aot-export-") as tmp, warnings.catch_warnings(), \
-                contextlib.redirect_stdout(io.StringIO()):   # the exporter prints its steps
-            warnings.simplefilter("ignore")
-            out = Path(tmp) / "model.onnx"
-            torch.onnx.export(module, args, str(out), input_names=[n for n, _ in input_shapes],
-                              output_names=list(output_names), dynamo=False, opset_version=17)
-            return out.read_bytes()
-    finally:
-        log.setLevel(level)
+    with tempfile.TemporaryDirectory(prefix="aot-export-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
+        out = Path(tmp) / "model.onnx"
+        torch.onnx.export(module, args, str(out), input_names=[n for n, _ in input_shapes],
+                          output_names=list(output_names), dynamo=False, opset_version=17)
+        return out.read_bytes()
 
 
 def crepe(capacity: str) -> Exporter:
