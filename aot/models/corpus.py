@@ -113,7 +113,8 @@ CORPUS: tuple[ZooModel, ...] = (
     # autocorrelation through three small conv stacks; the 1-D stacks end in 256 -> 1 convolutions
     # over 1 x 3. 20 components, each fed four times (the package's sign/mirror copies, averaged
     # inside): the first dimension must be a multiple of 4. Taken after the one-output rewrite was
-    # made (stop 55), as a model it was not made on.
+    # made (stop 55), as a model it was not made on; a development model since its profile made the
+    # banded rewrite take short filters over a batch (stop 56).
     ZooModel("iclabel", *_ICLABEL, "mne_icalabel/iclabel/network/assets/ICLabelNet.onnx",
              (("topo", (80, 1, 32, 32)), ("psds", (80, 1, 1, 100)), ("autocorr", (80, 1, 1, 100))), 17),
     ZooModel("pesto", *_PESTO, "pesto/weights/mir-1k_g7.ckpt",
