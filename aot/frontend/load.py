@@ -23,6 +23,7 @@ from aot.frontend.conv_transpose import decompose_strided_conv_transposes
 from aot.frontend.pixel_conv_bias import split_pixel_conv_biases
 from aot.frontend.single_output_conv import split_single_output_convs
 from aot.frontend.long_filter import long_filters_as_matmuls
+from aot.frontend.banded_layout import sink_banded_transposes
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
 from aot.frontend.expand import Expanded, ExpansionError, expand_functions, expanded_ops
@@ -117,7 +118,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     require_static_outputs(model)
     # Two IREE 3.13 bugs avoided; for the CPU, four kinds of convolution rewritten and a third bug avoided.
     cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds, split_single_output_convs,
-                   long_filters_as_matmuls, split_pixel_conv_biases)
+                   long_filters_as_matmuls, sink_banded_transposes, split_pixel_conv_biases)
                   if cpu_conv_rewrites else ())
     passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
     workarounds = run_sequence(model, passes, after_change=lambda m: _check_and_infer(m, path))

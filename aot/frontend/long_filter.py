@@ -22,9 +22,9 @@ strided short filter pays for a product wide enough to run well); of it and its 
 would be mostly zeros, and ``B = 1`` is IREE's own im2col); over a batch it is rewritten too,
 mostly at ``B = 1``: IREE runs a batched convolution as one product per image (ICLabel's 128 -> 256
 1 x 3 over 80 x 100 bins at 178 GFLOP/s), and the product here runs over the whole batch's rows.
-Not a 1 x 1 kernel: rewritten, PESTO's 1 x 1 layers over 100 x 219 ran 0.68x at the default flags,
-but its tuned build lost (31 -> 36 ms): channels-last, the tuner's choice, lays out the convolutions
-left around them, and with none left the transposes at the banded products' ends ran at 1 GB/s.
+That takes PESTO's 1 x 1 layers over 100 x 219 too; ``banded_layout`` then keeps the chain of
+rewritten convolutions channels last (without it the transposes at the products' ends ran at
+1 GB/s, and PESTO's tuned build lost 31 -> 36 ms).
 Measured (docs/performance.md, stop 55): Basic Pitch's first filter alone 1.02 ms -> 0.16; PESTO's
 frame network (whose 40-channel convolutions widened the rule from one channel) 548 ms -> 47-54 at
 the default flags, 400 -> 34 tuned; CREPE's (not looked at; its kernels run down the rows of a
@@ -60,8 +60,8 @@ W_FLOAT_COST = 120
 
 def long_filters_as_matmuls(model: onnx.ModelProto) -> PassResult:
     """Pass: rewrite each ungrouped Conv along one axis (every other spatial axis of size one in
-    the input and the kernel; a kernel of ``MIN_TAPS`` or more taps along it, or of two or more
-    over a batch of images) as a banded matmul; count them."""
+    the input and the kernel; a kernel of ``MIN_TAPS`` or more taps along it, or any kernel over a
+    batch of images) as a banded matmul; count them."""
     return rewrite_each(model, _rewrite)
 
 
@@ -73,7 +73,7 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
     pads = tuple(attrs.get("pads", (0,) * 2 * spatial))
     axis = int(np.argmax(w.shape[2:]))      # the filter's axis; every other one must be of size one
     others = [a for a in range(spatial) if a != axis]
-    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or (w.shape[2 + axis] < MIN_TAPS and (x[0] == 1 or w.shape[2 + axis] == 1))
+    if (w.shape[1] != x[1] or attrs.get("group", 1) != 1 or (w.shape[2 + axis] < MIN_TAPS and x[0] == 1)
             or any(x[2 + a] != 1 or w.shape[2 + a] != 1 or pads[a] or pads[spatial + a] for a in others)
             or any(d != 1 for d in attrs.get("dilations", ()))
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID")):
