@@ -111,10 +111,11 @@ def _swap(nodes: list[onnx.NodeProto], outputs: set[str]) -> bool:
         ts = [t for t in feeds if t is not None]
         for i, t in enumerate(ts):       # the op now reads the untransposed values
             n.input[i] = t.input[0]
-        inner = f"{n.output[0]}.channels_last"
-        moved = helper.make_node("Transpose", [inner], [n.output[0]], name=f"{n.name}{MARK}sunk", perm=_perm(ts[0]))
+        value = n.output[0]                # unique, so the new node's name is too
+        inner = f"{value}.channels_last"
+        moved = helper.make_node("Transpose", [inner], [value], name=f"{value}{MARK}sunk", perm=_perm(ts[0]))
         n.output[0] = inner
-        at = nodes.index(n)
+        at = next(i for i, m in enumerate(nodes) if m is n)
         nodes.insert(at + 1, moved)
         for t in ts:
             nodes.remove(t)
