@@ -34,7 +34,7 @@ from aot.checks.session import CheckSession
 from aot.errors import AotError, CompileError, PartitionError
 from aot.learn import db as costdb
 from aot.learn.host_plans import MIXED_PER_CUT, host_plans
-from aot.learn.key import PlanKey, as_stored, device_fingerprint, key_of, region_digest
+from aot.learn.key import PlanKey, as_stored, device_fingerprint, key_of, region_digest, stored_plan
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition.order import OrderMode
@@ -191,14 +191,21 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
     failed: list[tuple[str, str]] = []
     seen: set[str] = set()
     with costdb.CostDatabase(database) as db:
-        known = db.key_counts()
+        stored: dict[str, list[costdb.Measurement]] = {}
+        for row in db.rows():
+            stored.setdefault(row.key, []).append(row)
+
+        def measured_rows(key: str) -> int:
+            """Rows of ``key`` whose plan fits today's graph (``stored_plan``): a renamed graph's do not."""
+            return sum(not isinstance(stored_plan(r.plan, planned.view), str) for r in stored.get(key, ()))
+
         todo: list[tuple[Candidate, PlanKey]] = []
         for cand in candidates(planned, options, perturbations, seed, host_decisions, mixed):
             key = key_of(planned.view, cand.plan, fingerprint)
             if key.key in seen:
                 continue
             seen.add(key.key)
-            if known.get(key.key, 0) >= repeats:
+            if measured_rows(key.key) >= repeats:
                 skipped += 1
             else:
                 todo.append((cand, key))
@@ -211,7 +218,7 @@ def collect(model: str | Path, database: Path, work: Path, options: BuildOptions
                 result, cand = built_splitting_where_refused(planned, cand, out, options, work / CACHE)
                 if cand.plan != todo[i][0].plan:
                     key = key_of(planned.view, cand.plan, fingerprint)
-                    if known.get(key.key, 0) >= repeats or key.key in seen:
+                    if measured_rows(key.key) >= repeats or key.key in seen:
                         skipped += 1
                         continue
                     seen.add(key.key)

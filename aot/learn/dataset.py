@@ -9,7 +9,6 @@ time is their median (the database's own rule, ``CostDatabase.lookup``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,9 @@ import numpy as np
 
 from aot.errors import AotError
 from aot.learn import db as costdb
-from aot.learn.key import as_measured
+from aot.learn.key import stored_plan
 from aot.learn.features import GraphCodes, PlanShape, digest, encode, node_features, shape_of
-from aot.partition.plan import GateMode, Plan, validate
+from aot.partition.plan import GateMode, Plan
 from aot.frontend.graph import GraphView
 
 if TYPE_CHECKING:
@@ -108,13 +107,13 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
         view = planned.view
         codes = encode(view, opts.accel.backend if opts.accel else None)
         plans = []
-        for key, group in _by_key(measured).items():
-            try:
-                plan = as_measured(Plan.from_json(json.loads(group[0].plan)))
-                validate(plan, view)
-            except (AotError, ValueError) as e:
-                skipped.append((model, f"a stored plan no longer fits the model: {str(e)[:120]}"))
+        for key, rows in _by_key(measured).items():
+            stored = [(r, stored_plan(r.plan, view)) for r in rows]
+            group = [r for r, p in stored if not isinstance(p, str)]
+            if not group:
+                skipped.append((model, str(stored[0][1])[:160]))
                 continue
+            plan = next(p for _, p in stored if not isinstance(p, str))
             plans.append(MeasuredPlan(key, plan, shape_of(plan, view, codes),
                                       statistics.median(m.total_us for m in group),
                                       _region_medians(plan, group), len(group)))

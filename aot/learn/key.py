@@ -156,6 +156,22 @@ def as_measured(plan: "Plan") -> "Plan":
         for r in plan.regions))
 
 
+def stored_plan(plan_json: str, view: GraphView) -> "Plan | str":
+    """The plan a database row measured, as compiled (``as_measured``), when it still fits today's
+    graph ``view``; otherwise why not. The key hashes the graph's labels, not its node names, so a
+    front-end change that only renames nodes keeps the keys while the stored plans stop fitting:
+    such rows neither count as measured nor train."""
+    from aot.errors import AotError
+    from aot.partition.plan import Plan, validate
+
+    try:
+        plan = as_measured(Plan.from_json(json.loads(plan_json)))
+        validate(plan, view)
+    except (AotError, KeyError, ValueError) as e:
+        return f"the stored plan no longer fits the model: {e}"
+    return plan
+
+
 def _flags(pinned: Mapping[str, tuple[str, ...]], region: str) -> list[str]:
     """An unpinned region (an accelerator's defaults) is ``[]``, as keys have always had it; a
     region pinned to no optimisation flags at all (the tuner's direct-conv set) compiles

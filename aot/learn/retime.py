@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,9 +25,9 @@ from aot.checks import reference, timing
 from aot.errors import AotError
 from aot.learn import db as costdb
 from aot.learn.collect import CACHE, measuring
-from aot.learn.key import as_measured, key_of
+from aot.learn.key import key_of, stored_plan
 from aot.options import BuildOptions
-from aot.partition.plan import Plan, validate
+from aot.partition.plan import Plan
 
 GROUP_BYTES = 1 << 30   # bundles' files loaded at once; more is timed in groups around an anchor
 
@@ -85,19 +84,20 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
     planned, options, fingerprint = how.planned, how.options, how.fingerprint
     with costdb.CostDatabase(source) as db:
         rows = [r for r in db.rows() if r.model == model and r.fingerprint == fingerprint]
-    first: dict[str, costdb.Measurement] = {}
+    first: dict[str, tuple[costdb.Measurement, Plan]] = {}
+    unfit: dict[str, str] = {}
     for r in rows:
-        first.setdefault(r.key, r)
+        if r.key not in first:
+            plan = stored_plan(r.plan, planned.view)
+            if isinstance(plan, str):
+                unfit.setdefault(r.key, plan)
+            else:
+                first[r.key] = (r, plan)
     with costdb.CostDatabase(target) as db:
-        done = db.keys()
-    fits, failed = [], []
-    for key, row in first.items():
-        try:
-            plan = as_measured(Plan.from_json(json.loads(row.plan)))
-            validate(plan, planned.view)
-        except (AotError, KeyError, ValueError) as e:
-            failed.append((key, f"the stored plan no longer fits the model: {e}"))
-            continue
+        done = {r.key for r in db.rows() if r.model == model and not isinstance(stored_plan(r.plan, planned.view), str)}
+    fits: list[tuple[costdb.Measurement, Plan]] = []
+    failed = [(key, reason) for key, reason in unfit.items() if key not in first]
+    for key, (row, plan) in first.items():
         # The graph part of the key: rows measured before host regions were stored pinned
         # (``as_measured``) keyed them by other flags, and the row keeps its key in the target.
         if key_of(planned.view, plan, fingerprint).graph != row.graph:

@@ -154,3 +154,23 @@ def test_a_collection_capped_at_some_plans_is_finished_by_the_next(tmp_path, mon
     assert (rest.measured, rest.skipped) == (part.candidates - 2, 2) and len(built) == part.candidates
     with costdb.CostDatabase(database) as db:
         assert len({r.key for r in db.rows()}) == db.count() == part.candidates
+
+
+def test_rows_whose_plan_no_longer_fits_do_not_count_as_measured(tmp_path, monkeypatch):
+    """After a front-end change that only renames nodes, the keys stay (they hash labels) and the
+    stored plans stop fitting: the next collection measures those plans again."""
+    from test_retime import _renamed
+
+    built = _fake_builds(monkeypatch)
+    model, database = gen.write(tmp_path / "g", 1, seed=2)[0], tmp_path / "costs.sqlite"
+    first = collect.collect(model, database, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    stale = tmp_path / "stale.sqlite"
+    with costdb.CostDatabase(database) as db:
+        rows = db.rows()
+    with costdb.CostDatabase(stale) as db:
+        for r in rows[1:]:
+            db.add(dataclasses.replace(r, plan=_renamed(r.plan)))
+        db.add(rows[0])                  # this one still fits
+    again = collect.collect(model, stale, tmp_path / "work", VULKAN, perturbations=3, iterations=1)
+    assert (again.measured, again.skipped) == (first.candidates - 1, 1)
+    assert len(built) == first.measured + first.candidates - 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -102,3 +103,42 @@ def test_a_real_collection_is_retimed_side_by_side_from_its_compile_cache(tmp_pa
     with costdb.CostDatabase(target) as db:
         rows = db.rows()
     assert {r.key for r in rows} == keys and all(r.total_us > 0 and r.total_us < float("inf") for r in rows)
+
+
+def _renamed(plan_json: str) -> str:
+    """A stored plan whose nodes carry the names an older front end gave them."""
+    plan = json.loads(plan_json)
+    for region in plan["regions"]:
+        region["nodes"] = [f"old/{n}" for n in region["nodes"]]
+    return json.dumps(plan)
+
+
+def test_rows_whose_plan_no_longer_fits_are_measured_again_and_not_used(tmp_path, monkeypatch):
+    """The key hashes labels, not node names: after a rename the keys stay and the stored plans stop
+    fitting. Such rows do not count as measured (``collect``), are not retimed, and do not train;
+    a row of the same key stored since, which fits, is what they use."""
+    from aot.learn import dataset
+    from aot.learn.key import stored_plan
+
+    source, target = tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
+    (path,) = synthetic.models(tmp_path, real=1, generated=0)
+    stored = synthetic.fill(source, [path], perturbations=3)
+    with costdb.CostDatabase(source) as db:
+        rows = db.rows()
+    stale = tmp_path / "stale.sqlite"
+    with costdb.CostDatabase(stale) as db:   # the same rows, every plan under the old names
+        for r in rows:
+            db.add(dataclasses.replace(r, plan=_renamed(r.plan)))
+        db.add(rows[0])                      # one key measured again since, under today's names
+    view = retime.measuring(str(path), synthetic.VULKAN).planned.view
+    assert isinstance(stored_plan(_renamed(rows[0].plan), view), str) and "no longer fits" in stored_plan(
+        _renamed(rows[0].plan), view)
+    assert not isinstance(stored_plan(rows[0].plan, view), str)
+
+    _fake_devices(monkeypatch, 7.0)
+    done = retime.retime(str(path), stale, target, tmp_path / "work", synthetic.VULKAN, iterations=5)
+    assert done.timed == 1 and len(done.failed) == stored - 1
+    assert all("no longer fits" in why for _, why in done.failed)
+    data = dataset.load_dataset(stale, synthetic.VULKAN)
+    assert [len(g.plans) for g in data.graphs] == [1]
+    assert len(data.skipped) == stored - 1
