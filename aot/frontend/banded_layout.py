@@ -22,7 +22,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from aot.frontend.fold import static_shapes
+from aot.frontend.fold import referenced, rename_values, static_shapes
 from aot.frontend.passes import PassResult, rewrite_result
 
 MARK = ".banded."
@@ -62,13 +62,9 @@ def _perm(node: onnx.NodeProto) -> tuple[int, ...]:
     return tuple(next(a.ints for a in node.attribute if a.name == "perm"))
 
 
-def _consumers(nodes: list[onnx.NodeProto], value: str) -> list[onnx.NodeProto]:
-    return [n for n in nodes if value in n.input]
-
-
-def _only_reader(nodes: list[onnx.NodeProto], value: str, node: onnx.NodeProto) -> bool:
-    readers = _consumers(nodes, value)
-    return len(readers) == 1 and readers[0] is node
+def _read_by_others(nodes: list[onnx.NodeProto], value: str, node: onnx.NodeProto | None = None) -> bool:
+    """Whether a node other than `node` reads `value` (a capture inside an If or Loop body counts)."""
+    return value in referenced(m for m in nodes if m is not node)
 
 
 def _marked_transpose(nodes: list[onnx.NodeProto], value: str) -> onnx.NodeProto | None:
@@ -78,9 +74,7 @@ def _marked_transpose(nodes: list[onnx.NodeProto], value: str) -> onnx.NodeProto
 
 def _rename_uses(nodes: list[onnx.NodeProto], old: str, new: str) -> None:
     for n in nodes:
-        for i, name in enumerate(n.input):
-            if name == old:
-                n.input[i] = new
+        rename_values(n, lambda v: new if v == old else v)
 
 
 def _drop_identity_reshape(nodes: list[onnx.NodeProto], shapes: dict[str, tuple[int, ...]],
@@ -106,7 +100,7 @@ def _swap(nodes: list[onnx.NodeProto], outputs: set[str]) -> bool:
         feeds = [_marked_transpose(nodes, s) for s in sources]
         if any(t is None for t in feeds) or len({_perm(t) for t in feeds if t is not None}) != 1:
             continue
-        if len(set(sources)) != len(sources) or any(s in outputs or not _only_reader(nodes, s, n) for s in sources):
+        if len(set(sources)) != len(sources) or any(s in outputs or _read_by_others(nodes, s, n) for s in sources):
             continue
         ts = [t for t in feeds if t is not None]
         for i, t in enumerate(ts):       # the op now reads the untransposed values
@@ -138,7 +132,7 @@ def _cancel(nodes: list[onnx.NodeProto], outputs: set[str]) -> bool:
             continue
         _rename_uses(nodes, outer.output[0], inner.input[0])
         nodes.remove(outer)
-        if not _consumers(nodes, inner.output[0]) and inner.output[0] not in outputs:
+        if not _read_by_others(nodes, inner.output[0]) and inner.output[0] not in outputs:
             nodes.remove(inner)
         return True
     return False

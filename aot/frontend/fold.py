@@ -48,7 +48,7 @@ def fold_constants(model: onnx.ModelProto, max_elements: int = MAX_FOLD_ELEMENTS
             consts[name] = created[name] = value
     if not created:
         return PassResult(model, 0)
-    used = _referenced(kept)
+    used = referenced(kept)
     out = with_nodes(model, kept)
     out.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in created.items() if k in used)
     keep_info = [vi for vi in out.graph.value_info if vi.name not in created]
@@ -75,7 +75,7 @@ def prune(model: onnx.ModelProto) -> PassResult:
     outputs = {o.name for o in g.output}
     alias = {n.output[0]: n.input[0] for n in g.node
              if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and n.output[0] not in outputs}
-    if not alias and {t.name for t in g.initializer} <= _referenced(g.node) | outputs:
+    if not alias and {t.name for t in g.initializer} <= referenced(g.node) | outputs:
         return PassResult(model, 0)  # nothing to drop: skip copying the weights
 
     def resolve(name: str) -> str:
@@ -86,7 +86,7 @@ def prune(model: onnx.ModelProto) -> PassResult:
     out = with_nodes(model, [n for n in g.node if not (n.op_type == "Identity" and n.output[0] in alias)])
     for n in out.graph.node:  # the copies: rewire readers of a bypassed Identity to its input
         rename_values(n, resolve)
-    used = _referenced(out.graph.node) | outputs
+    used = referenced(out.graph.node) | outputs
     keep = [t for t in out.graph.initializer if t.name in used]
     unread = len(out.graph.initializer) - len(keep)
     del out.graph.initializer[:]
@@ -119,13 +119,13 @@ def rename_values(node: onnx.NodeProto, rename: Callable[[str], str]) -> None:
             vi.name = rename(vi.name)
 
 
-def _referenced(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+def referenced(nodes: Iterable[onnx.NodeProto]) -> set[str]:
     """Names the nodes read, including captures inside their subgraphs (If/Loop bodies)."""
     names: set[str] = set()
     for n in nodes:
         names.update(n.input)
         for sub in subgraphs(n):
-            names |= _referenced(sub.node)
+            names |= referenced(sub.node)
     return names
 
 

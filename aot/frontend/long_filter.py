@@ -89,13 +89,17 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
     return _decompose(node, band, w.reshape(w.shape[0], w.shape[1], -1), ops.b, out_shape)
 
 
-def cheapest_block(band: Band) -> Band | None:
-    """`band` at the block of least ``cost`` among its own and its halvings whose ``W`` fits
-    ``MAX_BAND``; None when none does."""
+def block_choices(band: Band) -> list[Band]:
+    """`band` at its own block and each halving of it down to 1, those whose ``W`` fits ``MAX_BAND``."""
     bands = [band]
     while bands[-1].block > 1:
         bands.append(replace(band, block_limit=bands[-1].block // 2))
-    return min((b for b in bands if b.elements <= MAX_BAND), key=lambda b: b.cost, default=None)
+    return [b for b in bands if b.elements <= MAX_BAND]
+
+
+def cheapest_block(band: Band) -> Band | None:
+    """Of ``block_choices``, the block of least ``cost``; None when none fits."""
+    return min(block_choices(band), key=lambda b: b.cost, default=None)
 
 
 @dataclass(frozen=True)

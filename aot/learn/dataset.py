@@ -109,11 +109,11 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
         plans = []
         for key, rows in _by_key(measured).items():
             stored = [(r, stored_plan(r.plan, view)) for r in rows]
-            group = [r for r, p in stored if not isinstance(p, str)]
-            if not group:
+            fitting = [(r, p) for r, p in stored if not isinstance(p, str)]
+            if not fitting:
                 skipped.append((model, str(stored[0][1])[:160]))
                 continue
-            plan = next(p for _, p in stored if not isinstance(p, str))
+            plan, group = fitting[0][1], [r for r, _ in fitting]
             plans.append(MeasuredPlan(key, plan, shape_of(plan, view, codes),
                                       statistics.median(m.total_us for m in group),
                                       _region_medians(plan, group), len(group)))

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot.checks.compare import assert_close
 from dataclasses import replace
 
-from aot.frontend.long_filter import MAX_BAND, MIN_TAPS, Band, cheapest_block, long_filters_as_matmuls
+from aot.frontend.long_filter import MAX_BAND, MIN_TAPS, Band, block_choices, cheapest_block, long_filters_as_matmuls
 from conftest import golden, onnx_model, rewrite_outputs
 
 
@@ -101,20 +101,13 @@ def test_other_convolutions_are_left_alone(model):
     assert result.changed == 0 and result.model is model
 
 
-def _candidates(band: Band) -> list[Band]:
-    out = [band]
-    while out[-1].block > 1:
-        out.append(replace(band, block_limit=out[-1].block // 2))
-    return [b for b in out if b.elements <= MAX_BAND]
-
-
 def test_the_block_weighs_the_input_copies_against_the_multiply_adds():
     # CREPE's second layer: 128 -> 16 channels, 64 taps over 128 outputs of 100 frames. Capped by
     # W's size alone (stop 55) its block was 4, which copies the input 17 times.
     band = Band(batch=100, channels=128, length=128, begin=31, end=32, taps=64, stride=1, filters=16)
     chosen = cheapest_block(band)
     assert chosen is not None and chosen.elements <= MAX_BAND
-    assert chosen.cost == min(b.cost for b in _candidates(band))
+    assert chosen.cost == min(b.cost for b in block_choices(band))
     direct_flops = 2 * band.batch * band.outputs * band.taps * band.channels * band.filters
     def copies(b: Band) -> float:
         return b.x_elements / (b.batch * b.channels * (b.length + b.begin + b.end))
