@@ -36,17 +36,17 @@ MAX_ROUNDS = 10_000   # each round one rewrite; a bound, not a tuning
 
 def sink_banded_transposes(model: onnx.ModelProto) -> PassResult:
     """Pass: sink and cancel the banded rewrite's transposes (module docstring); count the
-    transposes removed."""
+    transposes and Reshapes removed."""
     g = model.graph
-    nodes = list(g.node)
+    nodes = [_copy(n) for n in g.node]     # the rewrites edit nodes in place; `model` stays as it was
     outputs = {o.name for o in g.output}
     shapes = static_shapes(g)
-    before = _transposes(nodes)
+    before = _transposes(nodes) + _reshapes(nodes)
     for _ in range(MAX_ROUNDS):
         step = _drop_identity_reshape(nodes, shapes, outputs) or _swap(nodes, outputs) or _cancel(nodes, outputs)
         if not step:
             break
-    removed = before - _transposes(nodes)
+    removed = before - _transposes(nodes) - _reshapes(nodes)
     if removed <= 0:
         return PassResult(model, 0)
     result = rewrite_result(model, nodes, [], removed)
@@ -54,8 +54,24 @@ def sink_banded_transposes(model: onnx.ModelProto) -> PassResult:
     return result
 
 
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
+def _remove(nodes: list[onnx.NodeProto], node: onnx.NodeProto) -> None:
+    """By identity: ``list.remove`` compares protobuf messages by value, and a renamed node may
+    equal another."""
+    del nodes[next(i for i, m in enumerate(nodes) if m is node)]
+
+
 def _transposes(nodes: list[onnx.NodeProto]) -> int:
     return sum(n.op_type == "Transpose" and MARK in n.name for n in nodes)
+
+
+def _reshapes(nodes: list[onnx.NodeProto]) -> int:
+    return sum(n.op_type == "Reshape" and MARK in n.name for n in nodes)
 
 
 def _perm(node: onnx.NodeProto) -> tuple[int, ...]:
@@ -83,7 +99,7 @@ def _drop_identity_reshape(nodes: list[onnx.NodeProto], shapes: dict[str, tuple[
         if (n.op_type == "Reshape" and MARK in n.name and n.output[0] not in outputs
                 and shapes.get(n.input[0]) is not None and shapes.get(n.input[0]) == shapes.get(n.output[0])):
             _rename_uses(nodes, n.output[0], n.input[0])
-            nodes.remove(n)
+            _remove(nodes, n)
             return True
     return False
 
@@ -112,7 +128,7 @@ def _swap(nodes: list[onnx.NodeProto], outputs: set[str]) -> bool:
         at = next(i for i, m in enumerate(nodes) if m is n)
         nodes.insert(at + 1, moved)
         for t in ts:
-            nodes.remove(t)
+            _remove(nodes, t)
         return True
     return False
 
@@ -131,8 +147,8 @@ def _cancel(nodes: list[onnx.NodeProto], outputs: set[str]) -> bool:
         if outer.output[0] in outputs:
             continue
         _rename_uses(nodes, outer.output[0], inner.input[0])
-        nodes.remove(outer)
+        _remove(nodes, outer)
         if not _read_by_others(nodes, inner.output[0]) and inner.output[0] not in outputs:
-            nodes.remove(inner)
+            _remove(nodes, inner)
         return True
     return False
