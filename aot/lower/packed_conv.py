@@ -46,10 +46,17 @@ from aot.runtime.target import Target
 
 # Bump with any change to what this module writes: the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
-PACKED_CONV_VERSION = 3
+PACKED_CONV_VERSION = 4
 # Input channels the NCHWc kernel pads to its block of 16 at a loss of 4x or more. A stride-2 stem
 # over this many still fills a block after space-to-depth (4 Cin); at stride 1 they are gathered.
 FEW_INPUT_CHANNELS = 4
+# A stem kernel this wide or wider is padded after its space-to-depth, in blocks; a narrower one
+# before. Measured on lone stems over 224 x 224 RGB, 16 and 64 outputs, pinned to this set and
+# side by side (docs/performance.md, stop 57): padded first, IREE 3.13 fuses the padding into the
+# transpose that makes the blocks and, for 5x5 and 7x7 kernels, wrote it at 0.2-0.5 G floats/s
+# (2.1-3.1 ms for a 5x5 stem, 0.5 as blocks padded after); for 3x3 kernels padding after made the
+# packing of the blocks the slow pass instead (0.67 ms against 0.38).
+PAD_BLOCKS_FROM_TAPS = 5
 # The gathered input is the kernel's taps times the input: up to a 7x7 kernel's.
 MAX_TAPS = 49
 NEG_INF = "0xFF800000"   # f32 -inf: what a max pooling's padding reads as
@@ -171,43 +178,94 @@ def stem(op: Any) -> ConvOperands | None:
     return c
 
 
+@dataclass(frozen=True)
+class StemBlocks:
+    """How a stem's input becomes 2x2 blocks: the zeros before and after it, in pixels (``early``:
+    padded before the blocks are made) or in blocks (after), and the kernel over blocks."""
+
+    early: bool
+    pad_x: tuple[int, int, int, int]     # top, left, bottom, right: pixels when early, else blocks
+    shift: tuple[int, int]               # zero rows, columns in front of the kernel
+    kernel: tuple[int, int]              # over blocks
+    size: tuple[int, int]                # the image in pixels before the blocks are made (even)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The padded input in blocks."""
+        top, left, bottom, right = self.pad_x
+        if self.early:
+            return (self.size[0] // 2, self.size[1] // 2)
+        return (top + self.size[0] // 2 + bottom, left + self.size[1] // 2 + right)
+
+    def output(self) -> tuple[int, int]:
+        """The convolution over blocks: the stem's output, or a row or column more."""
+        (gh, gw), (bh, bw) = self.grid, self.kernel
+        return gh - bh + 1, gw - bw + 1
+
+
+def stem_blocks(c: ConvOperands) -> StemBlocks:
+    """Padding before the blocks are made or after (``PAD_BLOCKS_FROM_TAPS``)."""
+    _, _, h, w = c.x
+    _, _, kh, kw = c.w
+    top, left, bottom, right = c.pads
+    if max(kh, kw) < PAD_BLOCKS_FROM_TAPS:
+        hp, wp = h + top + bottom, w + left + right
+        hp, wp = hp + hp % 2, wp + wp % 2
+        return StemBlocks(True, (top, left, hp - h - top, wp - w - left), (0, 0), ((kh + 1) // 2, (kw + 1) // 2), (hp, wp))
+    sh, sw = top % 2, left % 2          # an odd leading pad: one more, and a zero row in front of the kernel
+    he, we = h + h % 2, w + w % 2
+    bh, bw = (kh + sh + 1) // 2, (kw + sw + 1) // 2
+    th, tw = (top + sh) // 2, (left + sw) // 2
+    oh, ow = c.y[2], c.y[3]
+    gh, gw = max(0, oh + bh - 1 - th - he // 2), max(0, ow + bw - 1 - tw - we // 2)
+    return StemBlocks(False, (th, tw, gh, gw), (sh, sw), (bh, bw), (he, we))
+
+
 def stem_body(op: Any) -> str | None:
     c = stem(op)
     if c is None:
         return None
     n, cin, h, w = c.x
     cout, _, kh, kw = c.w
-    top, left, bottom, right = c.pads
     t = c.dtype
-    hp, wp = h + top + bottom, w + left + right
-    hp, wp = hp + hp % 2, wp + wp % 2                       # even, for 2x2 blocks
-    bh, bw = (kh + 1) // 2, (kw + 1) // 2                    # the kernel over blocks
-    fh, fw = hp // 2 - bh + 1, wp // 2 - bw + 1              # its output: Ho, Wo or one more
-    x_t, padded = _dims(c.x, t), _dims((n, cin, hp, wp), t)
-    blocks = _shape((n, cin, hp // 2, 2, wp // 2, 2), t)
-    moved = _shape((n, 2, 2, cin, hp // 2, wp // 2), t)
-    x_s2d = _shape((n, 4 * cin, hp // 2, wp // 2), t)
+    b = stem_blocks(c)
+    (he, we), (bh, bw), (sh, sw) = b.size, b.kernel, b.shift
+    top, left, bottom, right = b.pad_x
+    fh, fw = b.output()
+    x_t, even = _dims(c.x, t), _dims((n, cin, he, we), t)
+    blocks = _shape((n, cin, he // 2, 2, we // 2, 2), t)
+    moved = _shape((n, 2, 2, cin, he // 2, we // 2), t)
+    x_s2d = _dims((n, 4 * cin, he // 2, we // 2), t)
+    x_padded = _dims((n, 4 * cin, *b.grid), t)
     w_t, w_padded = _dims(c.w, t), _dims((cout, cin, 2 * bh, 2 * bw), t)
     w_blocks, w_moved = _shape((cout, cin, bh, 2, bw, 2), t), _shape((cout, 2, 2, cin, bh, bw), t)
     w_s2d = _shape((cout, 4 * cin, bh, bw), t)
     full = f"{n}x{cout}x{fh}x{fw}x{t}"
     init = accumulator_init(c.bias, cout, t, full, "(n, c, h, w) -> (c)")
-    # an even kernel over an odd padded size gives one row or column more: cropped
+    # a kernel over whole blocks can give a row or column more: cropped
     crop, result = _cropped("%yf", f"tensor<{full}>", c)
+    if b.early:
+        before = zero_pad('xe', 'x', (0, 0, top, left), (0, 0, bottom, right), x_t, even, t)
+        after = f"%xs = tensor.cast %xc : tensor<{x_s2d}> to tensor<{x_padded}>"
+    else:
+        before = (zero_pad('xe', 'x', (0, 0, 0, 0), (0, 0, he - h, we - w), x_t, even, t) if (he, we) != (h, w)
+                  else f"%xe = tensor.cast %x : tensor<{x_t}> to tensor<{even}>")
+        after = zero_pad('xs', 'xc', (0, 0, top, left), (0, 0, bottom, right), x_s2d, x_padded, t)
     return f"""{_prologue("stem", c)}
-    {zero_pad('xp', 'x', (0, 0, top, left), (0, 0, hp - h - top, wp - w - left), x_t, padded, t)}
-    %x6 = tensor.expand_shape %xp [[0], [1], [2, 3], [4, 5]] output_shape [{n}, {cin}, {hp // 2}, 2, {wp // 2}, 2] : tensor<{padded}> into {blocks}
-    %xe = tensor.empty() : {moved}
-    %xm = linalg.transpose ins(%x6 : {blocks}) outs(%xe : {moved}) permutation = [0, 3, 5, 1, 2, 4]
-    %xs = tensor.collapse_shape %xm [[0], [1, 2, 3], [4], [5]] : {moved} into {x_s2d}
-    {zero_pad('wp', 'w', (0, 0, 0, 0), (0, 0, 2 * bh - kh, 2 * bw - kw), w_t, w_padded, t)}
+    {before}
+    %x6 = tensor.expand_shape %xe [[0], [1], [2, 3], [4, 5]] output_shape [{n}, {cin}, {he // 2}, 2, {we // 2}, 2] : tensor<{even}> into {blocks}
+    %xo = tensor.empty() : {moved}
+    %xm = linalg.transpose ins(%x6 : {blocks}) outs(%xo : {moved}) permutation = [0, 3, 5, 1, 2, 4]
+    %xc = tensor.collapse_shape %xm [[0], [1, 2, 3], [4], [5]] : {moved} into tensor<{x_s2d}>
+    {after}
+    {zero_pad('wp', 'w', (0, 0, sh, sw), (0, 0, 2 * bh - kh - sh, 2 * bw - kw - sw), w_t, w_padded, t)}
     %w6 = tensor.expand_shape %wp [[0], [1], [2, 3], [4, 5]] output_shape [{cout}, {cin}, {bh}, 2, {bw}, 2] : tensor<{w_padded}> into {w_blocks}
     %we = tensor.empty() : {w_moved}
     %wm = linalg.transpose ins(%w6 : {w_blocks}) outs(%we : {w_moved}) permutation = [0, 3, 5, 1, 2, 4]
     %ws = tensor.collapse_shape %wm [[0], [1, 2, 3], [4], [5]] : {w_moved} into {w_s2d}
     %e = tensor.empty() : tensor<{full}>
     {init}
-    %yf = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}} ins(%xs, %ws : {x_s2d}, {w_s2d}) outs(%init : tensor<{full}>) -> tensor<{full}>
+    %yf = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}} ins(%xs, %ws : tensor<{x_padded}>, {w_s2d}) outs(%init : tensor<{full}>) -> tensor<{full}>
     {crop}
 {_epilogue(result, c.y, c.dtype)}"""
 

@@ -169,3 +169,50 @@ def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp
         got = session.run({"x": x})[0]
     assert got.shape == want.shape and np.isfinite(got).all() and np.abs(got).max() > 0.1
     assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _stems() -> onnx.ModelProto:
+    """Four stride-2 stems over one RGB image of odd height, side by side: a ResNet's 7x7 with the
+    TensorFlow exporter's asymmetric padding (3 before, 2 after), a 3x3 padded on three sides, an
+    unpadded 4x4 (an even kernel) and a 5x5 with an odd leading pad on one axis only."""
+    rng = np.random.default_rng(2)
+    stems = [((16, 3, 7, 7), [3, 3, 2, 2]), ((8, 3, 3, 3), [1, 0, 1, 1]), ((8, 3, 4, 4), [0, 0, 0, 0]),
+             ((8, 3, 5, 5), [2, 1, 2, 2])]
+    nodes, inits, outputs = [], [], []
+    for i, (shape, pads) in enumerate(stems):
+        w = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"s{i}.w"),
+                  numpy_helper.from_array(rng.standard_normal(shape[0]).astype(np.float32), f"s{i}.b")]
+        nodes.append(helper.make_node("Conv", ["x", f"s{i}.w", f"s{i}.b"], [f"y{i}"], name=f"stem{i}",
+                                      kernel_shape=list(shape[2:]), strides=[2, 2], pads=pads))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 57, 64])], outputs, inits)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.device
+def test_stems_padded_after_space_to_depth_give_onnxruntimes_values(tmp_path):
+    """Each stem is written over blocks (its padding after the transpose, an odd leading pad as a
+    zero row of the kernel) and gives onnxruntime's values, whatever its padding and kernel."""
+    from aot import api, runtime
+    from aot.checks import reference
+    from aot.options import BuildOptions
+
+    path = tmp_path / "stems.onnx"
+    onnx.save(_stems(), path)
+    first = api.build(path, tmp_path / "default", BuildOptions(accel=None))
+    plan = json.loads((first.bundle.path / "plan.json").read_text())
+    for region in plan["regions"]:
+        region["flags"] = list(DATA_TILED_CONV)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    built = api.build(path, tmp_path / "tiled", BuildOptions(accel=None, plan_file=tmp_path / "plan.json"))
+    text = b"".join(p.read_bytes() for p in sorted((built.bundle.path.parent / "build" / "regions" / "built").glob("*.mlir")))
+    compiled = packed_conv.module_text(Target.host(), text, DATA_TILED_CONV).decode()
+    assert '"onnx.Conv"' not in compiled and compiled.count("linalg.conv_2d_nchw_fchw") == 4
+    x = np.random.default_rng(3).standard_normal((1, 3, 57, 64)).astype(np.float32)
+    wants = reference.session(path).run(None, {"x": x})
+    with runtime.load(built.bundle.path) as session:
+        gots = session.run({"x": x})
+    for got, want in zip(gots, wants, strict=True):
+        assert got.shape == want.shape and np.isfinite(got).all() and np.abs(got).max() > 0.1
+        assert_close(got, want, rtol=1e-4, atol=1e-4)
