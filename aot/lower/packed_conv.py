@@ -197,6 +197,7 @@ class StemBlocks:
             return (self.size[0] // 2, self.size[1] // 2)
         return (top + self.size[0] // 2 + bottom, left + self.size[1] // 2 + right)
 
+    @property
     def output(self) -> tuple[int, int]:
         """The convolution over blocks: the stem's output, or a row or column more."""
         (gh, gw), (bh, bw) = self.grid, self.kernel
@@ -231,7 +232,7 @@ def stem_body(op: Any) -> str | None:
     b = stem_blocks(c)
     (he, we), (bh, bw), (sh, sw) = b.size, b.kernel, b.shift
     top, left, bottom, right = b.pad_x
-    fh, fw = b.output()
+    fh, fw = b.output
     x_t, even = _dims(c.x, t), _dims((n, cin, he, we), t)
     blocks = _shape((n, cin, he // 2, 2, we // 2, 2), t)
     moved = _shape((n, 2, 2, cin, he // 2, we // 2), t)

@@ -26,6 +26,16 @@ class FlagSet:
     flags: tuple[str, ...]      # optimisation flags, in place of the target's defaults
 
 
+# IREE's NCHWc convolution kernel; its module gets lower/packed_conv.py's rewrites for the
+# convolutions that fall off that kernel (pointwise ones, RGB stems, non-square kernels and few
+# input channels at stride 1) and for max poolings. At IREE's default optimisation level, not O2
+# (stop 57): the kernels are ukernels either way (the ResNet-50 and MTCNN's three networks ran
+# 0.99-1.01x without O2), while O2 turned the banded rewrite's product over a batch
+# (frontend/long_filter.py) into one product per image: ICLabel's ran at 36 GFLOP/s, the model
+# 134 ms at O2 against 51 without.
+DATA_TILED_CONV = FlagSet("data-tiled-conv", (DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS))
+
+
 def candidates(target: Target, families: frozenset[OpFamily], cores: int | None = None,
                default: tuple[str, ...] | None = None) -> tuple[FlagSet, ...]:
     """The default first (every other set is measured against it), then the target's search space.
@@ -81,10 +91,7 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
             # PicoDet's 1x1 convolutions become 4-D contractions channels-last; data tiling packs
             # them (iree-benchmark-module: 91 -> 79 ms for the whole detector).
             FlagSet("channels-last+data-tiling", (O2, *CHANNELS_LAST, DATA_TILING)),
-            # IREE's NCHWc convolution kernel; its module gets lower/packed_conv.py's rewrites for
-            # the convolutions that fall off that kernel (pointwise ones, RGB stems, non-square
-            # kernels and few input channels at stride 1) and for max poolings.
-            FlagSet("data-tiled-conv", (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)),
+            DATA_TILED_CONV,
         ]
     if conv and wide:
         found.append(FlagSet("data-tiling+ukernels+256-bit", (DATA_TILING, UKERNELS, IM2COL, VECTOR_256)))

@@ -15,12 +15,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks.compare import assert_close
 from aot.lower import depthwise, packed_conv
-from aot.lower.flags import CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, IM2COL, O2
+from aot.lower.flags import DATA_TILING, IM2COL
 from aot.lower.importer import import_onnx
 from aot.runtime.target import Target
+from aot.tune.candidates import DATA_TILED_CONV as TUNER_SET
 from conftest import onnx_model
 
-DATA_TILED_CONV = (O2, DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)   # the tuner's data-tiled-conv set
+DATA_TILED_CONV = TUNER_SET.flags   # the tuner's data-tiled-conv set
 
 
 def _single(w_shape: tuple[int, ...], x_shape: tuple[int, ...], **attrs) -> onnx.ModelProto:
@@ -216,3 +217,21 @@ def test_stems_padded_after_space_to_depth_give_onnxruntimes_values(tmp_path):
     for got, want in zip(gots, wants, strict=True):
         assert got.shape == want.shape and np.isfinite(got).all() and np.abs(got).max() > 0.1
         assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel, pads, early, blocks", [
+    (3, (1, 1, 1, 1), True, (113, 113)),      # a 3x3 stem: padded first, 226 x 226 pixels in blocks
+    (7, (3, 3, 2, 2), False, (115, 115)),     # ResNet's: 2 blocks before (4 pixels, the kernel shifted by one), 1 after
+    (5, (2, 2, 2, 2), False, (114, 114)),
+], ids=["3x3", "7x7-asymmetric", "5x5"])
+def test_a_wide_stem_is_padded_in_blocks_after_its_space_to_depth(kernel, pads, early, blocks):
+    """Which form a stem over a 224 x 224 RGB image takes (``PAD_BLOCKS_FROM_TAPS``), and the grid
+    of blocks its convolution runs over: it gives the stem's 112 x 112 output (or one more, cropped)."""
+    from aot.lower.depthwise import ConvOperands
+
+    c = ConvOperands(x=(1, 3, 224, 224), w=(64, 3, kernel, kernel), y=(1, 64, 112, 112), group=1, strides=(2, 2),
+                     dilations=(1, 1), pads=pads, dtype="f32", bias=True)
+    b = packed_conv.stem_blocks(c)
+    assert b.early is early and (kernel >= packed_conv.PAD_BLOCKS_FROM_TAPS) is not early
+    assert b.grid == blocks and b.output[0] >= 112 and b.output[0] - 112 <= 1
+    assert 2 * b.kernel[0] >= kernel + b.shift[0]
