@@ -192,9 +192,10 @@ def _stems() -> onnx.ModelProto:
 
 
 @pytest.mark.device
-def test_stems_padded_after_space_to_depth_give_onnxruntimes_values(tmp_path):
-    """Each stem is written over blocks (its padding after the transpose, an odd leading pad as a
-    zero row of the kernel) and gives onnxruntime's values, whatever its padding and kernel."""
+def test_stems_over_blocks_give_onnxruntimes_values(tmp_path):
+    """Each stem is written over blocks, the 7x7 and the 5x5 padded after the transpose (an odd
+    leading pad as a zero row or column of the kernel), the 3x3 and the 4x4 before, and each gives
+    onnxruntime's values."""
     from aot import api, runtime
     from aot.checks import reference
     from aot.options import BuildOptions
