@@ -24,6 +24,7 @@ from aot.learn.narrow import fastest
 from aot.learn.neighbours import GraphEffects, signature
 from aot.lower.flags import LEGACY_HOST_DEFAULT
 from aot.partition.support import HOST
+from aot.tune.candidates import RETIRED_HOST_SETS
 
 TOP = 3
 
@@ -57,8 +58,11 @@ def _default_key() -> tuple[str, ...]:
 
 def tuner_wins(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], int], ...]:
     """How many of ``graphs`` each whole-model flag set was fastest on, most first (then by flags):
-    what a model trained on them ships (``LearnedModel.tuner_wins``)."""
-    wins = Counter(min(tp, key=lambda k: tp[k].total_us) for tp in map(tuner_plans, graphs) if tp)
+    what a model trained on them ships (``LearnedModel.tuner_wins``). A set the tuner no longer
+    offers (``RETIRED_HOST_SETS``) wins nothing; the fastest of the others wins."""
+    retired = {flag_key(s.flags) for s in RETIRED_HOST_SETS}
+    offered = ({k: p for k, p in tp.items() if k not in retired} for tp in map(tuner_plans, graphs))
+    wins = Counter(min(tp, key=lambda k: tp[k].total_us) for tp in offered if tp)
     return tuple(sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -258,3 +258,21 @@ def test_what_similar_graphs_measured_steers_the_choice_and_dissimilar_ones_bare
     assert np.all(np.isfinite(as_predicted)) and int(np.argmin(as_predicted)) == 1
     synced = dataclasses.replace(by_name["default"].plan, host_runtime=HostRuntime("local-sync", ()))
     assert near.of(synced) == pytest.approx(np.log(4.0), abs=1e-5)           # the runtime's effect alone
+
+
+def test_a_set_the_tuner_no_longer_offers_wins_nothing(tmp_path):
+    """A database keeps plans measured with a retired set (the data-tiled-conv set at O2): where
+    one is the fastest, the win goes to the fastest set still offered, so that ``--tune-top`` does
+    not spend a slot on a set it can no longer time."""
+    from aot.lower.flags import flag_key
+    from aot.tune.candidates import DATA_TILED_CONV, RETIRED_HOST_SETS
+
+    g = _graph(tmp_path, "g", {"data-tiled-conv": 30.0, "data-tiling": 40.0})
+    base = next(p for p in g.plans if p.key.split(" ")[1] == "flags=data-tiled-conv")   # _graph keys by origin
+    region = dataclasses.replace(base.plan.regions[0], flags=RETIRED_HOST_SETS[0].flags)
+    retired = dataclasses.replace(base, key="retired", plan=dataclasses.replace(base.plan, regions=(region,)),
+                                  total_us=10.0)
+    with_retired = dataclasses.replace(g, plans=(*g.plans, retired))
+    plans = narrow_eval.tuner_plans(with_retired)
+    assert min(plans, key=lambda k: plans[k].total_us) == flag_key(RETIRED_HOST_SETS[0].flags)
+    assert narrow_eval.tuner_wins([with_retired]) == ((flag_key(DATA_TILED_CONV.flags), 1),)
