@@ -180,22 +180,22 @@ def stem(op: Any) -> ConvOperands | None:
 
 @dataclass(frozen=True)
 class StemBlocks:
-    """How a stem's input becomes 2x2 blocks: the zeros before and after it, in pixels (``early``:
-    padded before the blocks are made) or in blocks (after), and the kernel over blocks."""
+    """How a stem's input becomes 2x2 blocks: zeros around the image in pixels, then around the
+    blocks in whole blocks (``PAD_BLOCKS_FROM_TAPS`` says which of the two holds the stem's
+    padding), and the kernel over blocks."""
 
-    early: bool
-    pad_x: tuple[int, int, int, int]     # top, left, bottom, right: pixels when early, else blocks
+    early: bool                          # the stem's padding in pixels (a narrow kernel), not in blocks
+    pixels: tuple[int, int, int, int]    # top, left, bottom, right, before the blocks are made
+    blocks: tuple[int, int, int, int]    # the same, in blocks, after
     shift: tuple[int, int]               # zero rows, columns in front of the kernel
     kernel: tuple[int, int]              # over blocks
-    size: tuple[int, int]                # the image in pixels before the blocks are made (even)
+    size: tuple[int, int]                # the image in pixels once padded (even)
 
     @property
     def grid(self) -> tuple[int, int]:
         """The padded input in blocks."""
-        top, left, bottom, right = self.pad_x
-        if self.early:
-            return (self.size[0] // 2, self.size[1] // 2)
-        return (top + self.size[0] // 2 + bottom, left + self.size[1] // 2 + right)
+        top, left, bottom, right = self.blocks
+        return top + self.size[0] // 2 + bottom, left + self.size[1] // 2 + right
 
     @property
     def output(self) -> tuple[int, int]:
@@ -205,21 +205,32 @@ class StemBlocks:
 
 
 def stem_blocks(c: ConvOperands) -> StemBlocks:
-    """Padding before the blocks are made or after (``PAD_BLOCKS_FROM_TAPS``)."""
+    """The stem's padding in pixels before the blocks are made, or in blocks after (a kernel of
+    ``PAD_BLOCKS_FROM_TAPS`` or more; the image then padded only to an even size)."""
     _, _, h, w = c.x
     _, _, kh, kw = c.w
     top, left, bottom, right = c.pads
     if max(kh, kw) < PAD_BLOCKS_FROM_TAPS:
         hp, wp = h + top + bottom, w + left + right
         hp, wp = hp + hp % 2, wp + wp % 2
-        return StemBlocks(True, (top, left, hp - h - top, wp - w - left), (0, 0), ((kh + 1) // 2, (kw + 1) // 2), (hp, wp))
+        return StemBlocks(True, (top, left, hp - h - top, wp - w - left), (0, 0, 0, 0), (0, 0),
+                          ((kh + 1) // 2, (kw + 1) // 2), (hp, wp))
     sh, sw = top % 2, left % 2          # an odd leading pad: one more, and a zero row in front of the kernel
     he, we = h + h % 2, w + w % 2
     bh, bw = (kh + sh + 1) // 2, (kw + sw + 1) // 2
     th, tw = (top + sh) // 2, (left + sw) // 2
     oh, ow = c.y[2], c.y[3]
     gh, gw = max(0, oh + bh - 1 - th - he // 2), max(0, ow + bw - 1 - tw - we // 2)
-    return StemBlocks(False, (th, tw, gh, gw), (sh, sw), (bh, bw), (he, we))
+    return StemBlocks(False, (0, 0, he - h, we - w), (th, tw, gh, gw), (sh, sw), (bh, bw), (he, we))
+
+
+def _padded(result: str, source: str, pads: tuple[int, int, int, int], source_type: str, padded_type: str,
+            t: str) -> str:
+    """``%result``: ``%source`` with zeros around its last two axes, or the same value where none."""
+    top, left, bottom, right = pads
+    if not any(pads):
+        return f"%{result} = tensor.cast %{source} : tensor<{source_type}> to tensor<{padded_type}>"
+    return zero_pad(result, source, (0, 0, top, left), (0, 0, bottom, right), source_type, padded_type, t)
 
 
 def stem_body(op: Any) -> str | None:
@@ -231,7 +242,6 @@ def stem_body(op: Any) -> str | None:
     t = c.dtype
     b = stem_blocks(c)
     (he, we), (bh, bw), (sh, sw) = b.size, b.kernel, b.shift
-    top, left, bottom, right = b.pad_x
     fh, fw = b.output
     x_t, even = _dims(c.x, t), _dims((n, cin, he, we), t)
     blocks = _shape((n, cin, he // 2, 2, we // 2, 2), t)
@@ -245,20 +255,13 @@ def stem_body(op: Any) -> str | None:
     init = accumulator_init(c.bias, cout, t, full, "(n, c, h, w) -> (c)")
     # a kernel over whole blocks can give a row or column more: cropped
     crop, result = _cropped("%yf", f"tensor<{full}>", c)
-    if b.early:
-        before = zero_pad('xe', 'x', (0, 0, top, left), (0, 0, bottom, right), x_t, even, t)
-        after = f"%xs = tensor.cast %xc : tensor<{x_s2d}> to tensor<{x_padded}>"
-    else:
-        before = (zero_pad('xe', 'x', (0, 0, 0, 0), (0, 0, he - h, we - w), x_t, even, t) if (he, we) != (h, w)
-                  else f"%xe = tensor.cast %x : tensor<{x_t}> to tensor<{even}>")
-        after = zero_pad('xs', 'xc', (0, 0, top, left), (0, 0, bottom, right), x_s2d, x_padded, t)
     return f"""{_prologue("stem", c)}
-    {before}
+    {_padded('xe', 'x', b.pixels, x_t, even, t)}
     %x6 = tensor.expand_shape %xe [[0], [1], [2, 3], [4, 5]] output_shape [{n}, {cin}, {he // 2}, 2, {we // 2}, 2] : tensor<{even}> into {blocks}
     %xo = tensor.empty() : {moved}
     %xm = linalg.transpose ins(%x6 : {blocks}) outs(%xo : {moved}) permutation = [0, 3, 5, 1, 2, 4]
     %xc = tensor.collapse_shape %xm [[0], [1, 2, 3], [4], [5]] : {moved} into tensor<{x_s2d}>
-    {after}
+    {_padded('xs', 'xc', b.blocks, x_s2d, x_padded, t)}
     {zero_pad('wp', 'w', (0, 0, sh, sw), (0, 0, 2 * bh - kh - sh, 2 * bw - kw - sw), w_t, w_padded, t)}
     %w6 = tensor.expand_shape %wp [[0], [1], [2, 3], [4, 5]] output_shape [{cout}, {cin}, {bh}, 2, {bw}, 2] : tensor<{w_padded}> into {w_blocks}
     %we = tensor.empty() : {w_moved}
