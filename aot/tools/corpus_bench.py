@@ -192,7 +192,7 @@ def text(result: dict) -> str:
                      + f" {r['ratios'][f'{DEFAULT} / {ORT}']:12.2f} {r['ratios'][f'{TUNED} / {ORT}']:10.2f}"
                      + (f" (tuned/ort over {len(tuned)} runs: {min(tuned):.2f}-{max(tuned):.2f})" if tuned else ""))
     lines.append("geometric mean of ratios, zoo and development models: "
-                 + ", ".join(f"{k} {v:.2f}" for k, v in result["geomean"].items()))
+                 + (", ".join(f"{k} {v:.2f}" for k, v in result["geomean"].items()) or "none in this run"))
     if result.get("geomean_validation"):
         lines.append("held-out validation models (" + ", ".join(r["model"] for r in result["models"]
                                                            if r.get("suite") == Suite.VALIDATION.value) + "): "
@@ -207,7 +207,9 @@ def text(result: dict) -> str:
 
 def svg(result: dict) -> str:
     """Grouped bars: each model's aot default and tuned time relative to onnxruntime (1.0)."""
-    rows = [r for r in result["models"] if "error" not in r] + [{"model": "geomean", "ratios": result["geomean"]}]
+    # a run of validation models alone has no development geomean to draw
+    means = [{"model": "geomean", "ratios": result["geomean"]}] if result["geomean"] else []
+    rows = [r for r in result["models"] if "error" not in r] + means
     keys, colors = [f"{DEFAULT} / {ORT}", f"{TUNED} / {ORT}"], ["#9aa5b1", "#2b7bb9"]
     top = max(1.5, *(r["ratios"][k] for r in rows for k in keys))
     w, h, left, bottom, band = 120 + 90 * len(rows), 320, 50, 60, 90

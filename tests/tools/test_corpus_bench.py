@@ -51,6 +51,19 @@ def test_a_second_run_resumes_and_keeps_validation_apart(tmp_path, monkeypatch):
     assert "held-out validation models" in corpus_bench.text(result) and result["wall_s"] >= 0
 
 
+def test_a_run_of_validation_models_alone_writes_its_table_and_chart(tmp_path, monkeypatch):
+    name = corpus.VALIDATION[0]
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "row.json").write_text(json.dumps(_row(name, "validation", 1.25)))
+    monkeypatch.setattr(api, "build", lambda *a, **k: pytest.fail("a kept row must not be built again"))
+    result = corpus_bench.run(tmp_path, (name,), progress=lambda s: None)
+    assert result["geomean"] == {}
+    assert "development models: none in this run" in corpus_bench.text(result)
+    data, chart = corpus_bench.write(result, tmp_path / "docs")
+    assert json.loads(data.read_text())["geomean_validation"][f"{TUNED} / {ORT}"] == pytest.approx(1.25)
+    assert f">{name}<" in chart.read_text() and ">geomean<" not in chart.read_text()
+
+
 def _medians(ort, tuned):
     return {ORT: ort, corpus_bench.ORT1: ort, DEFAULT: tuned, TUNED: tuned}
 
