@@ -21,6 +21,7 @@ from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.conv1d import decompose_short_conv1ds
 from aot.frontend.conv_transpose import decompose_strided_conv_transposes
 from aot.frontend.pixel_conv_bias import split_pixel_conv_biases
+from aot.frontend.shared_weight_products import batch_shared_weight_products
 from aot.frontend.single_output_conv import split_single_output_convs
 from aot.frontend.long_filter import long_filters_as_matmuls
 from aot.frontend.banded_layout import sink_banded_transposes
@@ -116,11 +117,12 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model, folded = _simplify(model, path)
     model, legalized = _legalize(model, path)
     require_static_outputs(model)
-    # Two IREE 3.13 bugs avoided; for the CPU, four kinds of convolution rewritten and a third bug avoided.
+    # Two IREE 3.13 bugs avoided; an unrolled recurrence's per-step input products merged into one
+    # (every target); for the CPU, four kinds of convolution rewritten and a third bug avoided.
     cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds, split_single_output_convs,
                    long_filters_as_matmuls, sink_banded_transposes, split_pixel_conv_biases)
                   if cpu_conv_rewrites else ())
-    passes = (trim_conv_end_padding, expand_reflect_pad, *cpu_passes)
+    passes = (trim_conv_end_padding, expand_reflect_pad, batch_shared_weight_products, *cpu_passes)
     workarounds = run_sequence(model, passes, after_change=lambda m: _check_and_infer(m, path))
     model = workarounds.model
     guarded, index_ops = index_safety(model, guard=index_guards)
