@@ -27,7 +27,7 @@ from aot.learn.dataset import Dataset, GraphData
 from aot.learn.features import PLAN_SCALARS, accel_share
 from aot.learn.key import compiled_flags
 from aot.learn.model import PREDICTION_ALONE, ChoiceWeights
-from aot.learn.narrow_eval import TOP, NarrowScore, mean, narrowing
+from aot.learn.narrow_eval import TOP, NarrowScore, mean, narrowing, offered
 from aot.learn.train import ModeChoice, TrainingError, choose_mode, fit
 from aot.lower.flags import LEGACY_HOST_DEFAULT
 from aot.partition.plan import Plan
@@ -134,20 +134,21 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
     held = []
     for g, train in leave_one_out(data, progress):
         model = fit(train, choice, estimators, weights)
-        measured = np.array([p.total_us for p in g.plans])
-        shapes = [p.shape for p in g.plans]
+        plans = [p for p in g.plans if offered(p)]     # the choices a build has today
+        measured = np.array([p.total_us for p in plans])
+        shapes = [p.shape for p in plans]
         predicted = model.plans_us(shapes)
         predictions = {
-            Predictor.LEARNED: model.ranking_us([p.plan for p in g.plans], predicted, g.codes),
+            Predictor.LEARNED: model.ranking_us([p.plan for p in plans], predicted, g.codes),
             Predictor.LEARNED_COST: predicted,
             Predictor.ROOFLINE: _fitted_roofline(train)(shapes),
             Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),
-            Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan, g.view) for p in g.plans]),
+            Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan, g.view) for p in plans]),
         }
         scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured), topk_regret(v, measured, 3)))
                        for k, v in predictions.items())
-        held.append(HeldOut(g.model, len(g.plans), scores, narrowing(g, model)))
-        progress(f"eval  {g.model}: {len(g.plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
+        held.append(HeldOut(g.model, len(plans), scores, narrowing(g, model)))
+        progress(f"eval  {g.model}: {len(plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
     classes: dict[str, int] = {}
     for g in data.graphs:
         classes[best_class(g)] = classes.get(best_class(g), 0) + 1

@@ -37,13 +37,24 @@ class NarrowScore:
     tune_top: float        # regret of what --tune-top times: most training wins, then prediction
 
 
+_RETIRED = frozenset(flag_key(s.flags) for s in RETIRED_HOST_SETS)
+
+
+def offered(p: MeasuredPlan) -> bool:
+    """Whether a build can still make ``p``: no region pinned to a set the tuner no longer offers
+    (``RETIRED_HOST_SETS``). A database keeps such plans, and they still train a model (what a
+    flag does to a graph), but no search can choose them, so no choice is scored on them."""
+    return not any(r.flags is not None and flag_key(r.flags) in _RETIRED for r in p.plan.regions)
+
+
 def tuner_plans(g: GraphData) -> dict[tuple[str, ...], MeasuredPlan]:
-    """The plans a whole-model flag search would time, by ``narrow.flag_key``."""
+    """The plans a whole-model flag search would time, by ``narrow.flag_key``: a set it no
+    longer offers is not among them."""
     out = {}
     for p in g.plans:
         regions = p.plan.regions
         if len(regions) == 1 and regions[0].device == HOST and regions[0].flags is not None \
-                and p.plan.host_runtime is None:
+                and p.plan.host_runtime is None and offered(p):
             out[flag_key(regions[0].flags)] = p
     return out
 
@@ -59,10 +70,9 @@ def _default_key() -> tuple[str, ...]:
 def tuner_wins(graphs: Iterable[GraphData]) -> tuple[tuple[tuple[str, ...], int], ...]:
     """How many of ``graphs`` each whole-model flag set was fastest on, most first (then by flags):
     what a model trained on them ships (``LearnedModel.tuner_wins``). A set the tuner no longer
-    offers (``RETIRED_HOST_SETS``) wins nothing; the fastest of the others wins."""
-    retired = {flag_key(s.flags) for s in RETIRED_HOST_SETS}
-    offered = ({k: p for k, p in tp.items() if k not in retired} for tp in map(tuner_plans, graphs))
-    wins = Counter(min(tp, key=lambda k: tp[k].total_us) for tp in offered if tp)
+    offers (``RETIRED_HOST_SETS``) wins nothing (``tuner_plans`` leaves it out); the fastest of
+    the others wins."""
+    wins = Counter(min(tp, key=lambda k: tp[k].total_us) for tp in map(tuner_plans, graphs) if tp)
     return tuple(sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

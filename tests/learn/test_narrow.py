@@ -263,7 +263,7 @@ def test_what_similar_graphs_measured_steers_the_choice_and_dissimilar_ones_bare
 def test_a_set_the_tuner_no_longer_offers_wins_nothing(tmp_path):
     """A database keeps plans measured with a retired set (the data-tiled-conv set at O2): where
     one is the fastest, the win goes to the fastest set still offered, so that ``--tune-top`` does
-    not spend a slot on a set it can no longer time."""
+    not spend a slot on a set it can no longer time; no search is scored on it either."""
     from aot.lower.flags import flag_key
     from aot.tune.candidates import DATA_TILED_CONV, RETIRED_HOST_SETS
 
@@ -273,6 +273,10 @@ def test_a_set_the_tuner_no_longer_offers_wins_nothing(tmp_path):
     retired = dataclasses.replace(base, key="retired", plan=dataclasses.replace(base.plan, regions=(region,)),
                                   total_us=10.0)
     with_retired = dataclasses.replace(g, plans=(*g.plans, retired))
-    plans = narrow_eval.tuner_plans(with_retired)
-    assert min(plans, key=lambda k: plans[k].total_us) == flag_key(RETIRED_HOST_SETS[0].flags)
+    assert with_retired.best() is retired                                   # the fastest plan measured
+    assert not narrow_eval.offered(retired) and all(narrow_eval.offered(p) for p in g.plans)
+    assert flag_key(RETIRED_HOST_SETS[0].flags) not in narrow_eval.tuner_plans(with_retired)
+    assert set(narrow_eval.tuner_plans(with_retired)) == set(narrow_eval.tuner_plans(g))
     assert narrow_eval.tuner_wins([with_retired]) == ((flag_key(DATA_TILED_CONV.flags), 1),)
+    model = _model(tmp_path / "model.json", "fp")
+    assert narrow_eval.narrowing(with_retired, model) == narrow_eval.narrowing(g, model) is not None   # its 10 us is no one's best
