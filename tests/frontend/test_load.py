@@ -79,6 +79,25 @@ def test_a_stale_symbolic_annotation_of_an_output_is_forgotten_and_the_import_is
     assert "!torch.vtensor<[3,4],f32>" in mlir and "[?,4]" not in mlir
 
 
+def test_an_output_annotated_with_a_stale_rank_takes_the_inferred_one(tmp_path):
+    """ddddocr's recogniser declares its output [1, seqlen] for a rank-3 value: the checker
+    refused the model once the input was pinned. A placeholder makes the whole annotation a guess,
+    so the output takes what inference finds; a wrong rank without a placeholder still fails."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n", 4])
+    shape = numpy_helper.from_array(np.array([-1, 1, 4], np.int64), "shape")
+    reshape = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    for declared, ok in (([1, "seqlen"], True), ([1, 8], False)):
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)
+        p = tmp_path / f"stale{ok}.onnx"
+        onnx.save(helper.make_model(helper.make_graph([reshape], "g", [x], [y], [shape]),
+                                    opset_imports=[helper.make_opsetid("", 17)]), str(p))
+        if ok:
+            assert [(v.name, v.shape) for v in load.load(p, {"x": (1, 6, 4)}).outputs] == [("y", (6, 1, 4))]
+        else:
+            with pytest.raises(ModelError, match="checker"):
+                load.load(p, {"x": (1, 6, 4)})
+
+
 def test_input_shape_for_unknown_input(tmp_path):
     p = tmp_path / "m.onnx"
     onnx.save(small_model(), p)
