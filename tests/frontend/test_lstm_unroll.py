@@ -1,0 +1,100 @@
+"""A standard ONNX LSTM over a short static sequence is unrolled with one input product per
+direction, and computes onnxruntime's LSTM: forward, reverse and bidirectional, with and without
+initial states and full-length sequence lengths, any subset of its outputs; its weights go with
+it. Peepholes, clip, another layout, other activations, short sequence lengths and long sequences
+are left alone; a host build of a bidirectional LSTM matches onnxruntime."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aot.checks import reference
+from aot.checks.compare import assert_close
+from aot.frontend.lstm_unroll import MAX_STEPS, unroll_lstms
+from conftest import golden
+
+STEPS, BATCH, INPUT, HIDDEN = 5, 2, 6, 4
+
+
+def _lstm(direction: str = "forward", states: bool = False, lengths: int | None = None,
+          outputs: tuple[str, ...] = ("Y", "Y_h", "Y_c"), steps: int = STEPS, peepholes: bool = False,
+          **attributes: object) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    d = 2 if direction == "bidirectional" else 1
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.5, n) for n, s in
+             (("W", (d, 4 * HIDDEN, INPUT)), ("R", (d, 4 * HIDDEN, HIDDEN)), ("B", (d, 8 * HIDDEN)))]
+    operands, inputs = ["x", "W", "R", "B", ""], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, BATCH, INPUT])]
+    if lengths is not None:
+        inits.append(numpy_helper.from_array(np.full(BATCH, lengths, np.int32), "lengths"))
+        operands[4] = "lengths"
+    if states or peepholes:
+        operands += ["h0", "c0"]
+        inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [d, BATCH, HIDDEN]) for n in ("h0", "c0")]
+    if peepholes:
+        inits.append(numpy_helper.from_array(rng.standard_normal((d, 3 * HIDDEN)).astype(np.float32), "P"))
+        operands.append("P")
+    named = [o if o in outputs else "" for o in ("Y", "Y_h", "Y_c")]
+    while not named[-1]:
+        named.pop()
+    node = helper.make_node("LSTM", operands, named, name="lstm", hidden_size=HIDDEN, direction=direction, **attributes)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in named if o], inits)
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _run(model: onnx.ModelProto, optimize: bool = True) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    feed = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in model.graph.input}
+    return reference.session(model.SerializeToString(), optimize=optimize).run(None, feed)
+
+
+CASES = list(itertools.product(("forward", "reverse", "bidirectional"), (False, True), (None, STEPS),
+                               (("Y", "Y_h", "Y_c"), ("Y_h",), ("Y",))))
+
+
+@pytest.mark.parametrize(("direction", "states", "lengths", "outputs"), CASES,
+                         ids=["-".join((d, "states" if s else "zeros", "lengths" if n else "all", "+".join(o)))
+                              for d, s, n, o in CASES])
+def test_the_unrolled_lstm_computes_onnxruntimes(direction, states, lengths, outputs):
+    model = _lstm(direction, states, lengths, outputs)
+    result = unroll_lstms(model)
+    assert result.changed == 1
+    unrolled = result.model
+    onnx.checker.check_model(unrolled, full_check=True)
+    ops = [n.op_type for n in unrolled.graph.node]
+    assert "LSTM" not in ops and {"W", "R", "B"}.isdisjoint(t.name for t in unrolled.graph.initializer)
+    directions = 2 if direction == "bidirectional" else 1
+    # one input product per direction, one recurrent product per step after a zero state's first
+    assert ops.count("Gemm") == directions * (1 + STEPS - (0 if states else 1))
+    want, got = _run(model), _run(unrolled, optimize=False)
+    assert len(got) == len(want) == len(outputs)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and np.all(np.isfinite(g)) and np.all(np.isfinite(w))
+        assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", [
+    _lstm(peepholes=True), _lstm(clip=1.0), _lstm(layout=1), _lstm(input_forget=1),
+    _lstm(activations=["Sigmoid", "Tanh", "Relu"]), _lstm(lengths=STEPS - 1), _lstm(steps=MAX_STEPS + 1),
+], ids=["peepholes", "clip", "layout-1", "input-forget", "relu", "short-lengths", "long"])
+def test_other_lstms_are_left_alone(model):
+    result = unroll_lstms(model)
+    assert result.changed == 0 and result.model is model
+
+
+@pytest.mark.device    # compiles with IREE
+def test_a_host_build_of_a_bidirectional_lstm_matches_onnxruntime(tmp_path):
+    from aot import api
+    from aot.frontend.load import load
+    from aot.options import BuildOptions
+
+    path = tmp_path / "lstm.onnx"
+    onnx.save(_lstm("bidirectional", states=True), str(path))
+    assert "LSTM" not in {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
+    built = api.build(path, tmp_path / "out", BuildOptions(accel=None))
+    golden(built.bundle.path, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)
