@@ -75,7 +75,9 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
     bias = _const(operands[3], consts) if operands[3] else np.zeros((directions, 8 * hidden), np.float32)
     if bias is None:
         return None
-    return _Unrolled(node, steps, batch, hidden, directions).emit(w, r, bias, operands[5], operands[6])
+    # torch's exporter passes zeros as the initial state: a constant zero state is no state at all
+    states = ["" if (v := _const(name, consts)) is not None and not np.any(v) else name for name in operands[5:7]]
+    return _Unrolled(node, steps, batch, hidden, directions).emit(w, r, bias, *states)
 
 
 class _Unrolled:

@@ -78,6 +78,19 @@ def test_the_unrolled_lstm_computes_onnxruntimes(direction, states, lengths, out
         assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_a_constant_zero_initial_state_is_no_state():
+    model = _lstm("bidirectional", states=True)
+    zeros = [numpy_helper.from_array(np.zeros((2, BATCH, HIDDEN), np.float32), n) for n in ("h0", "c0")]
+    del model.graph.input[1:]
+    model.graph.initializer.extend(zeros)
+    unrolled = unroll_lstms(model).model
+    assert [n.op_type for n in unrolled.graph.node].count("Gemm") == 2 * STEPS     # no product of the zero state
+    assert not {"h0", "c0"} & {v for n in unrolled.graph.node for v in n.input}
+    for g, w in zip(_run(unrolled, optimize=False), _run(model)):
+        assert np.all(np.isfinite(g)) and np.all(np.isfinite(w))
+        assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("model", [
     _lstm(peepholes=True), _lstm(clip=1.0), _lstm(layout=1), _lstm(input_forget=1),
     _lstm(activations=["Sigmoid", "Tanh", "Relu"]), _lstm(lengths=STEPS - 1), _lstm(steps=MAX_STEPS + 1),
