@@ -24,7 +24,7 @@ from aot.frontend.pixel_conv_bias import split_pixel_conv_biases
 from aot.frontend.shared_weight_products import batch_shared_weight_products
 from aot.frontend.single_output_conv import split_single_output_convs
 from aot.frontend.long_filter import long_filters_as_matmuls
-from aot.frontend.lstm_unroll import unroll_lstms
+from aot.frontend.recurrent_unroll import unroll_recurrences
 from aot.frontend.banded_layout import sink_banded_transposes
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
@@ -92,8 +92,8 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     (``frontend/conv_transpose.py``), 1-D ones with few outputs as a matmul over their windows
     (``frontend/conv1d.py``); and the bias of a Conv with a one-pixel output (squeeze-excitation)
     added after it, which avoids an IREE 3.13 im2col failure (``frontend/pixel_conv_bias.py``);
-    and an LSTM over a short sequence unrolled with one input product for every step, which IREE's
-    loop does per step and gate (``frontend/lstm_unroll.py``).
+    and an LSTM or GRU over a short sequence unrolled with one input product for every step, which
+    IREE's loop does per step and gate (``frontend/recurrent_unroll.py``).
     Depthwise ones are lowered channels-last after outlining, in every host region
     (``lower/depthwise.py``).
     """
@@ -118,12 +118,14 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model, narrow, carried = _carry_narrow_types(model, path)
     model, expanded = _expand(model, path)
     model, folded = _simplify(model, path)
+    if cpu_conv_rewrites:   # before the direction legalization splits a recurrence's weights apart
+        model = run_sequence(model, (unroll_recurrences,), after_change=lambda m: _check_and_infer(m, path)).model
     model, legalized = _legalize(model, path)
     require_static_outputs(model)
     # Two IREE 3.13 bugs avoided; an unrolled recurrence's per-step input products merged into one
-    # (every target); for the CPU, four kinds of convolution rewritten, a third bug avoided and LSTMs unrolled.
+    # (every target); for the CPU, four kinds of convolution rewritten and a third bug avoided.
     cpu_passes = ((decompose_strided_conv_transposes, decompose_short_conv1ds, split_single_output_convs,
-                   long_filters_as_matmuls, sink_banded_transposes, split_pixel_conv_biases, unroll_lstms)
+                   long_filters_as_matmuls, sink_banded_transposes, split_pixel_conv_biases)
                   if cpu_conv_rewrites else ())
     passes = (trim_conv_end_padding, expand_reflect_pad, batch_shared_weight_products, *cpu_passes)
     workarounds = run_sequence(model, passes, after_change=lambda m: _check_and_infer(m, path))

@@ -1,8 +1,9 @@
-"""A standard ONNX LSTM over a short static sequence is unrolled with one input product per
-direction, and computes onnxruntime's LSTM: forward, reverse and bidirectional, with and without
-initial states and full-length sequence lengths, any subset of its outputs; its weights go with
-it. Peepholes, clip, another layout, other activations, short sequence lengths and long sequences
-are left alone; a host build of a bidirectional LSTM matches onnxruntime."""
+"""A standard ONNX LSTM or GRU over a short static sequence is unrolled with one input product per
+direction, and computes onnxruntime's: forward, reverse and bidirectional, with and without
+initial states and full-length sequence lengths, any subset of its outputs, a GRU with and without
+``linear_before_reset``; its weights go with it. Peepholes, clip, another layout, other
+activations, short sequence lengths and long sequences are left alone; host builds of a
+bidirectional LSTM and GRU match onnxruntime."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks import reference
 from aot.checks.compare import assert_close
-from aot.frontend.lstm_unroll import MAX_STEPS, unroll_lstms
+from aot.frontend.recurrent_unroll import MAX_STEPS, unroll_recurrences
 from conftest import golden
 
 STEPS, BATCH, INPUT, HIDDEN = 5, 2, 6, 4
@@ -46,6 +47,25 @@ def _lstm(direction: str = "forward", states: bool = False, lengths: int | None 
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+def _gru(direction: str = "forward", states: bool = False, reset_first: int = 1, outputs: tuple[str, ...] = ("Y", "Y_h"),
+         **attributes: object) -> onnx.ModelProto:
+    rng = np.random.default_rng(2)
+    d = 2 if direction == "bidirectional" else 1
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.5, n) for n, s in
+             (("W", (d, 3 * HIDDEN, INPUT)), ("R", (d, 3 * HIDDEN, HIDDEN)), ("B", (d, 6 * HIDDEN)))]
+    operands, inputs = ["x", "W", "R", "B", ""], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [STEPS, BATCH, INPUT])]
+    if states:
+        operands.append("h0")
+        inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [d, BATCH, HIDDEN]))
+    named = [o if o in outputs else "" for o in ("Y", "Y_h")]
+    while not named[-1]:
+        named.pop()
+    node = helper.make_node("GRU", operands, named, name="gru", hidden_size=HIDDEN, direction=direction,
+                            linear_before_reset=reset_first, **attributes)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in named if o], inits)
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def _run(model: onnx.ModelProto, optimize: bool = True) -> list[np.ndarray]:
     rng = np.random.default_rng(1)
     feed = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
@@ -62,7 +82,7 @@ CASES = list(itertools.product(("forward", "reverse", "bidirectional"), (False, 
                               for d, s, n, o in CASES])
 def test_the_unrolled_lstm_computes_onnxruntimes(direction, states, lengths, outputs):
     model = _lstm(direction, states, lengths, outputs)
-    result = unroll_lstms(model)
+    result = unroll_recurrences(model)
     assert result.changed == 1
     unrolled = result.model
     onnx.checker.check_model(unrolled, full_check=True)
@@ -78,12 +98,35 @@ def test_the_unrolled_lstm_computes_onnxruntimes(direction, states, lengths, out
         assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+GRU_CASES = list(itertools.product(("forward", "reverse", "bidirectional"), (False, True), (1, 0), (("Y", "Y_h"), ("Y_h",))))
+
+
+@pytest.mark.parametrize(("direction", "states", "reset_first", "outputs"), GRU_CASES,
+                         ids=["-".join((d, "states" if s else "zeros", f"lbr{r}", "+".join(o))) for d, s, r, o in GRU_CASES])
+def test_the_unrolled_gru_computes_onnxruntimes(direction, states, reset_first, outputs):
+    model = _gru(direction, states, reset_first, outputs)
+    result = unroll_recurrences(model)
+    assert result.changed == 1
+    onnx.checker.check_model(result.model, full_check=True)
+    ops = [n.op_type for n in result.model.graph.node]
+    assert "GRU" not in ops and {"W", "R", "B"}.isdisjoint(t.name for t in result.model.graph.initializer)
+    directions, recurrent_steps = (2 if direction == "bidirectional" else 1), STEPS - (0 if states else 1)
+    # one input product per direction; per step after a zero state's first, one recurrent product,
+    # two without linear_before_reset (the reset gate scales the state before the h gate's)
+    assert ops.count("Gemm") == directions * (1 + recurrent_steps * (1 if reset_first else 2))
+    want, got = _run(model), _run(result.model, optimize=False)
+    assert len(got) == len(want) == len(outputs)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and np.all(np.isfinite(g)) and np.all(np.isfinite(w))
+        assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_a_constant_zero_initial_state_is_no_state():
     model = _lstm("bidirectional", states=True)
     zeros = [numpy_helper.from_array(np.zeros((2, BATCH, HIDDEN), np.float32), n) for n in ("h0", "c0")]
     del model.graph.input[1:]
     model.graph.initializer.extend(zeros)
-    unrolled = unroll_lstms(model).model
+    unrolled = unroll_recurrences(model).model
     assert [n.op_type for n in unrolled.graph.node].count("Gemm") == 2 * STEPS     # no product of the zero state
     assert not {"h0", "c0"} & {v for n in unrolled.graph.node for v in n.input}
     for g, w in zip(_run(unrolled, optimize=False), _run(model)):
@@ -94,20 +137,22 @@ def test_a_constant_zero_initial_state_is_no_state():
 @pytest.mark.parametrize("model", [
     _lstm(peepholes=True), _lstm(clip=1.0), _lstm(layout=1), _lstm(input_forget=1),
     _lstm(activations=["Sigmoid", "Tanh", "Relu"]), _lstm(lengths=STEPS - 1), _lstm(steps=MAX_STEPS + 1),
-], ids=["peepholes", "clip", "layout-1", "input-forget", "relu", "short-lengths", "long"])
+    _gru(clip=2.0), _gru(activations=["Sigmoid", "Relu"]),
+], ids=["peepholes", "clip", "layout-1", "input-forget", "relu", "short-lengths", "long", "gru-clip", "gru-relu"])
 def test_other_lstms_are_left_alone(model):
-    result = unroll_lstms(model)
+    result = unroll_recurrences(model)
     assert result.changed == 0 and result.model is model
 
 
 @pytest.mark.device    # compiles with IREE
-def test_a_host_build_of_a_bidirectional_lstm_matches_onnxruntime(tmp_path):
+def test_host_builds_of_a_bidirectional_lstm_and_gru_match_onnxruntime(tmp_path):
     from aot import api
     from aot.frontend.load import load
     from aot.options import BuildOptions
 
-    path = tmp_path / "lstm.onnx"
-    onnx.save(_lstm("bidirectional", states=True), str(path))
-    assert "LSTM" not in {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
-    built = api.build(path, tmp_path / "out", BuildOptions(accel=None))
-    golden(built.bundle.path, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)
+    for name, model in (("lstm", _lstm("bidirectional", states=True)), ("gru", _gru("bidirectional"))):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(model, str(path))
+        assert not {"LSTM", "GRU"} & {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
+        built = api.build(path, tmp_path / name, BuildOptions(accel=None))
+        golden(built.bundle.path, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)
