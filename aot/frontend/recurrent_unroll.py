@@ -76,8 +76,10 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
     w, r = _const(operands[1], consts), _const(operands[2], consts)
     if x_shape is None or len(x_shape) != 3 or w is None or r is None or w.dtype != np.float32:
         return None
-    steps, batch, _ = x_shape
-    directions, hidden = w.shape[0], int(attrs["hidden_size"])
+    steps, batch, width = x_shape
+    directions, hidden = w.shape[0], int(attrs["hidden_size"]) if "hidden_size" in attrs else r.shape[-1]
+    if w.shape != (directions, cell.gates * hidden, width) or r.shape != (directions, cell.gates * hidden, hidden):
+        return None       # not a well-formed node: left for the checker and onnxruntime to name
     if (attrs.get("layout", 0) or attrs.get("clip") is not None or attrs.get("input_forget", 0) or operands[7]
             or tuple(attrs.get("activations", cell.activations * directions)) != cell.activations * directions
             or not 1 <= steps <= MAX_STEPS):
@@ -87,7 +89,7 @@ def _rewrite(node: onnx.NodeProto, shapes: StaticShapes, consts: Constants) -> R
         if lengths is None or not np.all(lengths == steps):
             return None
     bias = _const(operands[3], consts) if operands[3] else np.zeros((directions, 2 * cell.gates * hidden), np.float32)
-    if bias is None:
+    if bias is None or r.dtype != np.float32 or bias.dtype != np.float32 or bias.shape != (directions, 2 * cell.gates * hidden):
         return None
     # torch's exporter passes zeros as the initial state: a constant zero state is no state at all
     states = ["" if (v := _const(name, consts)) is not None and not np.any(v) else name

@@ -42,7 +42,7 @@ def _lstm(direction: str = "forward", states: bool = False, lengths: int | None 
     named = [o if o in outputs else "" for o in ("Y", "Y_h", "Y_c")]
     while not named[-1]:
         named.pop()
-    node = helper.make_node("LSTM", operands, named, name="lstm", hidden_size=HIDDEN, direction=direction, **attributes)
+    node = helper.make_node("LSTM", operands, named, name="lstm", direction=direction, **{"hidden_size": HIDDEN, **attributes})
     graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in named if o], inits)
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
@@ -137,8 +137,9 @@ def test_a_constant_zero_initial_state_is_no_state():
 @pytest.mark.parametrize("model", [
     _lstm(peepholes=True), _lstm(clip=1.0), _lstm(layout=1), _lstm(input_forget=1),
     _lstm(activations=["Sigmoid", "Tanh", "Relu"]), _lstm(lengths=STEPS - 1), _lstm(steps=MAX_STEPS + 1),
-    _gru(clip=2.0), _gru(activations=["Sigmoid", "Relu"]),
-], ids=["peepholes", "clip", "layout-1", "input-forget", "relu", "short-lengths", "long", "gru-clip", "gru-relu"])
+    _gru(clip=2.0), _gru(activations=["Sigmoid", "Relu"]), _lstm(hidden_size=HIDDEN + 1),
+], ids=["peepholes", "clip", "layout-1", "input-forget", "relu", "short-lengths", "long", "gru-clip", "gru-relu",
+        "weights-of-another-size"])
 def test_other_lstms_are_left_alone(model):
     result = unroll_recurrences(model)
     assert result.changed == 0 and result.model is model
