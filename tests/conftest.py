@@ -245,6 +245,20 @@ def golden(bundle_path: Path, model_path: Path, seed: int = 0, inputs=None, rtol
     return diffs
 
 
+def on_host(tmp_path: Path, model: onnx.ModelProto, name: str = "model") -> tuple[Path, onnx.ModelProto, Path]:
+    """``model`` saved as NAME.onnx, loaded as a host build loads it and built for the host (IREE
+    compiles): its path, the loaded ONNX model (what the front-end rewrites made of it), and the
+    bundle's path, for ``golden``."""
+    from aot import api
+    from aot.frontend.load import load
+    from aot.options import BuildOptions
+
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    loaded = load(path, cpu_conv_rewrites=True).model
+    return path, loaded, api.build(path, tmp_path / name, BuildOptions(accel=None)).bundle.path
+
+
 def rewrite_outputs(model: onnx.ModelProto, rewritten: onnx.ModelProto, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """onnxruntime's output of ``rewritten`` (unoptimised, so that its own rewrites do not hide
     ours) and of ``model``, on one seeded random input ``x``; both asserted finite."""

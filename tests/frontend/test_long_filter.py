@@ -16,7 +16,7 @@ from aot.checks.compare import assert_close
 from dataclasses import replace
 
 from aot.frontend.long_filter import MAX_BAND, MIN_TAPS, Band, block_choices, cheapest_block, long_filters_as_matmuls
-from conftest import golden, onnx_model, rewrite_outputs
+from conftest import golden, on_host, onnx_model, rewrite_outputs
 
 
 def _filter(length=1000, taps=256, stride=2, pads=(0, 0), bias=True, batch=1, rank=4, cin=1, cout=1,
@@ -128,12 +128,6 @@ def test_the_block_weighs_the_input_copies_against_the_multiply_adds():
 
 @pytest.mark.device    # compiles with IREE
 def test_a_host_build_runs_the_banded_product_and_matches_onnxruntime(tmp_path):
-    from aot import api
-    from aot.frontend.load import load
-    from aot.options import BuildOptions
-
-    path = tmp_path / "model.onnx"
-    onnx.save(_filter(length=4000, pads=(3, 5)), str(path))
-    assert "MatMul" in {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
-    built = api.build(path, tmp_path / "out", BuildOptions(accel=None))
-    golden(built.bundle.path, path, seed=1, rtol=1e-4, atol=1e-3, finite=True)
+    path, loaded, bundle = on_host(tmp_path, _filter(length=4000, pads=(3, 5)))
+    assert "MatMul" in {n.op_type for n in loaded.graph.node}
+    golden(bundle, path, seed=1, rtol=1e-4, atol=1e-3, finite=True)

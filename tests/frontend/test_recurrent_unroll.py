@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot.checks import reference
 from aot.checks.compare import assert_close
 from aot.frontend.recurrent_unroll import MAX_STEPS, unroll_recurrences
-from conftest import golden
+from conftest import golden, on_host
 
 STEPS, BATCH, INPUT, HIDDEN = 5, 2, 6, 4
 
@@ -147,13 +147,7 @@ def test_other_lstms_are_left_alone(model):
 
 @pytest.mark.device    # compiles with IREE
 def test_host_builds_of_a_bidirectional_lstm_and_gru_match_onnxruntime(tmp_path):
-    from aot import api
-    from aot.frontend.load import load
-    from aot.options import BuildOptions
-
     for name, model in (("lstm", _lstm("bidirectional", states=True)), ("gru", _gru("bidirectional"))):
-        path = tmp_path / f"{name}.onnx"
-        onnx.save(model, str(path))
-        assert not {"LSTM", "GRU"} & {n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node}
-        built = api.build(path, tmp_path / name, BuildOptions(accel=None))
-        golden(built.bundle.path, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)
+        path, loaded, bundle = on_host(tmp_path, model, name)
+        assert not {"LSTM", "GRU"} & {n.op_type for n in loaded.graph.node}
+        golden(bundle, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks.compare import assert_close
 from aot.frontend.shared_weight_products import batch_shared_weight_products
-from conftest import golden, onnx_model, rewrite_outputs
+from conftest import golden, on_host, onnx_model, rewrite_outputs
 
 STEPS, IN, HIDDEN, OUT = 6, 12, 8, 5
 
@@ -101,12 +101,6 @@ def test_other_products_are_left_alone(model):
 
 @pytest.mark.device    # compiles with IREE
 def test_a_host_build_of_the_merged_recurrence_matches_onnxruntime(tmp_path):
-    from aot import api
-    from aot.frontend.load import load
-    from aot.options import BuildOptions
-
-    path = tmp_path / "rnn.onnx"
-    onnx.save(_unrolled_rnn(head=True), str(path))
-    assert _count(load(path).model, "Split") == 2
-    built = api.build(path, tmp_path / "out", BuildOptions(accel=None))
-    golden(built.bundle.path, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)
+    path, loaded, bundle = on_host(tmp_path, _unrolled_rnn(head=True), "rnn")
+    assert _count(loaded, "Split") == 2
+    golden(bundle, path, seed=1, rtol=1e-5, atol=1e-5, finite=True)

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks.compare import assert_close
 from aot.frontend.single_output_conv import split_single_output_convs
-from conftest import golden, onnx_model, rewrite_outputs
+from conftest import golden, on_host, onnx_model, rewrite_outputs
 
 
 def _conv(spatial=(20, 12), cin=8, cout=1, kernel=(5, 5), bias=True, const_weights=True, **attrs) -> onnx.ModelProto:
@@ -66,12 +66,6 @@ def test_other_convolutions_are_left_alone(model):
 
 @pytest.mark.device    # compiles with IREE
 def test_a_host_build_runs_the_rewritten_convolution_and_matches_onnxruntime(tmp_path):
-    from aot import api
-    from aot.frontend.load import load
-    from aot.options import BuildOptions
-
-    path = tmp_path / "model.onnx"
-    onnx.save(_conv(cin=32, kernel=(7, 3), pads=[3, 1, 3, 1]), str(path))
-    assert [n.op_type for n in load(path, cpu_conv_rewrites=True).model.graph.node] == ["Conv", "ReduceSum", "Add"]
-    built = api.build(path, tmp_path / "out", BuildOptions(accel=None))
-    golden(built.bundle.path, path, seed=1, rtol=1e-4, atol=1e-4, finite=True)
+    path, loaded, bundle = on_host(tmp_path, _conv(cin=32, kernel=(7, 3), pads=[3, 1, 3, 1]))
+    assert [n.op_type for n in loaded.graph.node] == ["Conv", "ReduceSum", "Add"]
+    golden(bundle, path, seed=1, rtol=1e-4, atol=1e-4, finite=True)
