@@ -88,8 +88,7 @@ def _group_key(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]],
 
 def _independent(nodes: Sequence[onnx.NodeProto], members: list[int]) -> list[int]:
     """The members whose A does not depend on any member's output (directly or through other nodes)."""
-    downstream = {o for i in members for o in nodes[i].output}
-    reached: set[str] = set(downstream)
+    reached = {o for i in members for o in nodes[i].output}
     first = min(members)
     for node in nodes[first:]:        # nodes are in topological order: one sweep propagates
         if any(v in reached for v in node.input):

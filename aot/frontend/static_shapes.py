@@ -39,22 +39,19 @@ def pin_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
 
 
 def forget_placeholder_dims(model: onnx.ModelProto) -> None:
-    """Turn -1/0 and symbolic dims in intermediate annotations into unknown dims, and drop the
-    shape of an output annotated with one, so that shape inference fills them in from the pinned
-    input shapes instead of reporting a conflict or keeping the symbol. A value_info entry that repeats a graph output is dropped: the
-    output's own annotation is the one inference updates, and IREE's importer types the value by
-    the stale copy (YOLOv8's torch export: ``output0`` as ``[?,22,?]`` against ``[1,22,2100]``)."""
+    """Turn -1/0 and symbolic dims in intermediate and output annotations into unknown dims, so
+    that shape inference fills them in from the pinned input shapes instead of reporting a
+    conflict or keeping the symbol; an output annotated with one takes the rank inference finds.
+    A value_info entry that repeats a graph output is dropped: the output's own annotation is the
+    one inference updates, and IREE's importer types the value by the stale copy (YOLOv8's torch
+    export: ``output0`` as ``[?,22,?]`` against ``[1,22,2100]``)."""
     outputs = {v.name for v in model.graph.output}
     kept = [vi for vi in model.graph.value_info if vi.name not in outputs]
     if len(kept) < len(model.graph.value_info):
         del model.graph.value_info[:]
         model.graph.value_info.extend(kept)
-    for vi in model.graph.value_info:
-        for dim in vi.type.tensor_type.shape.dim:
-            if _placeholder(dim):
-                dim.Clear()
     guessed = [vi for vi in model.graph.output if any(_placeholder(d) for d in vi.type.tensor_type.shape.dim)]
-    for vi in guessed:
+    for vi in (*model.graph.value_info, *model.graph.output):
         for dim in vi.type.tensor_type.shape.dim:
             if _placeholder(dim):
                 dim.Clear()
@@ -74,14 +71,13 @@ def _rank_from_inference(model: onnx.ModelProto, guessed: list[onnx.ValueInfoPro
         if vi.name in names:
             vi.type.tensor_type.ClearField("shape")
     try:
-        inferred = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(probe).graph.output}
+        inferred = {vi.name: vi.type.tensor_type for vi in onnx.shape_inference.infer_shapes(probe).graph.output}
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError, TypeError):
         return   # the check after this reports what is wrong with the model
     for vi in guessed:
-        shape = inferred[vi.name].type.tensor_type.shape if vi.name in inferred else None
-        if shape is not None and inferred[vi.name].type.tensor_type.HasField("shape") \
-                and len(shape.dim) != len(vi.type.tensor_type.shape.dim):
-            vi.type.tensor_type.shape.CopyFrom(shape)
+        found = inferred.get(vi.name)
+        if found is not None and found.HasField("shape") and len(found.shape.dim) != len(vi.type.tensor_type.shape.dim):
+            vi.type.tensor_type.shape.CopyFrom(found.shape)
             for dim in vi.type.tensor_type.shape.dim:
                 if not is_fixed(dim):
                     dim.Clear()

@@ -89,8 +89,8 @@ CORPUS: tuple[ZooModel, ...] = (
     # ddddocr's text-box detector: YOLOX (CSP backbone, SiLU, decoupled head with the grid decode
     # inside), torch 1.9 export, opset 11, static 416x416 -> 3549 boxes.
     ZooModel("ddddocr-det", *_DDDDOCR, "ddddocr/common_det.onnx", (("images", (1, 3, 416, 416)),), 17),
-    # ddddocr's captcha recogniser (torch 1.x export, opset 12, dynamic width): a small CNN over a 64-pixel
-    # high greyscale line, a bidirectional ONNX LSTM (512 hidden) over its 24 columns, and a
+    # ddddocr's captcha recogniser (torch 1.x export, opset 12, dynamic width): a small CNN over a
+    # 64-pixel-high greyscale line, a bidirectional ONNX LSTM (512 hidden) over its 24 columns, and a
     # 1024 -> 8210 character classifier per column. 192 pixels wide. Added at stop 58 as a model with
     # the ONNX LSTM op (the CRNN's cells are unrolled by its exporter); a development model.
     ZooModel("ddddocr-ocr", *_DDDDOCR, "ddddocr/common.onnx", (("input1", (1, 1, 64, 192)),), 17),

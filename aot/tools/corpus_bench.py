@@ -211,7 +211,7 @@ def svg(result: dict) -> str:
     means = [{"model": "geomean", "ratios": result["geomean"]}] if result["geomean"] else []
     rows = [r for r in result["models"] if "error" not in r] + means
     keys, colors = [f"{DEFAULT} / {ORT}", f"{TUNED} / {ORT}"], ["#9aa5b1", "#2b7bb9"]
-    top = max(1.5, *(r["ratios"][k] for r in rows for k in keys))
+    top = max([1.5, *(r["ratios"][k] for r in rows for k in keys)])
     w, h, left, bottom, band = 120 + 90 * len(rows), 320, 50, 60, 90
     scale = (h - bottom - 20) / top
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
