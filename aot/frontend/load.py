@@ -24,7 +24,7 @@ from aot.frontend.pixel_conv_bias import split_pixel_conv_biases
 from aot.frontend.shared_weight_products import batch_shared_weight_products
 from aot.frontend.single_output_conv import split_single_output_convs
 from aot.frontend.long_filter import long_filters_as_matmuls
-from aot.frontend.recurrent_unroll import unroll_recurrences
+from aot.frontend.recurrent_unroll import unroll_and_count
 from aot.frontend.banded_layout import sink_banded_transposes
 from aot.frontend.fold import fold_constants, prune
 from aot.frontend.indices import index_safety
@@ -118,8 +118,9 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     model, narrow, carried = _carry_narrow_types(model, path)
     model, expanded = _expand(model, path)
     model, folded = _simplify(model, path)
-    if cpu_conv_rewrites:   # before the direction legalization splits a recurrence's weights apart
-        model = run_sequence(model, (unroll_recurrences,), after_change=lambda m: _check_and_infer(m, path)).model
+    # host builds: before the direction legalization splits a recurrence's weights apart
+    model, unrolled = (unroll_and_count(model, lambda m: _check_and_infer(m, path)) if cpu_conv_rewrites
+                       else (model, ()))
     model, legalized = _legalize(model, path)
     require_static_outputs(model)
     # Two IREE 3.13 bugs avoided; an unrolled recurrence's per-step input products merged into one
@@ -141,7 +142,7 @@ def load(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
     inputs = tuple(_spec(v, path, narrow) for v in real_inputs(model))
     outputs = tuple(_spec(v, path, narrow) for v in model.graph.output if v.name not in flags)
     return ModelSource(path, name, hashlib.sha256(raw).hexdigest(), _opset(model), model, inputs, outputs,
-                       folded_nodes=folded, expanded=carried + expanded + legalized, constants=baked, index_ops=index_ops)
+                       folded_nodes=folded, expanded=carried + expanded + unrolled + legalized, constants=baked, index_ops=index_ops)
 
 
 def _bake_constants(model: onnx.ModelProto, constants: dict[str, np.ndarray],

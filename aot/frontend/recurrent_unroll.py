@@ -25,6 +25,8 @@ step, and IREE's compile time with it). RNN is left as it is: no model at hand h
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +35,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, rewrite_each
-from aot.frontend.passes import PassResult
+from aot.frontend.expand import Expanded
+from aot.frontend.passes import PassResult, run_sequence
 
 MAX_STEPS = 128
 
@@ -60,6 +63,19 @@ def unroll_recurrences(model: onnx.ModelProto) -> PassResult:
         del g.initializer[:]
         g.initializer.extend(kept)
     return result
+
+
+def unroll_and_count(model: onnx.ModelProto, after_change: Callable[[onnx.ModelProto], onnx.ModelProto]
+                     ) -> tuple[onnx.ModelProto, tuple[Expanded, ...]]:
+    """``unroll_recurrences`` as load runs it (``after_change`` re-checks a changed model), and
+    what it did per op for the build record and ``aot plan``."""
+    def count(m: onnx.ModelProto) -> Counter[str]:
+        return Counter(n.op_type for n in m.graph.node if n.op_type in CELLS)
+
+    result = run_sequence(model, (unroll_recurrences,), after_change=after_change)
+    before, after = count(model), count(result.model)
+    why = "unrolled over its steps with every step's input product in one matrix product (IREE's loop runs them step by step)"
+    return result.model, tuple(Expanded(op, before[op] - after[op], why) for op in sorted(before) if before[op] > after[op])
 
 
 def _const(name: str, consts: Constants) -> np.ndarray | None:

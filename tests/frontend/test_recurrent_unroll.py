@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks import reference
 from aot.checks.compare import assert_close
-from aot.frontend.recurrent_unroll import MAX_STEPS, unroll_recurrences
+from aot.frontend.recurrent_unroll import MAX_STEPS, unroll_and_count, unroll_recurrences
 from conftest import golden, on_host
 
 STEPS, BATCH, INPUT, HIDDEN = 5, 2, 6, 4
@@ -143,6 +143,15 @@ def test_a_constant_zero_initial_state_is_no_state():
 def test_other_lstms_are_left_alone(model):
     result = unroll_recurrences(model)
     assert result.changed == 0 and result.model is model
+
+
+def test_what_was_unrolled_is_counted_per_op_for_the_record():
+    for op, model in (("GRU", _gru()), ("LSTM", _lstm("bidirectional"))):
+        unrolled, done = unroll_and_count(model, lambda m: m)
+        assert [(e.op_type, e.count) for e in done] == [(op, 1)] and "unrolled" in done[0].reason
+        assert op not in {n.op_type for n in unrolled.graph.node}
+    kept, nothing = unroll_and_count(_lstm(clip=1.0), lambda m: m)
+    assert nothing == () and [n.op_type for n in kept.graph.node] == ["LSTM"]
 
 
 @pytest.mark.device    # compiles with IREE
