@@ -2,9 +2,11 @@
 get its own compile flags (per-segment tuning, ``tune/segments.py``).
 
 Segments (``segments.py``) are runs of a topological order between key nodes: every edge goes from
-a segment to itself or to a later one. A group is a run of whole consecutive segments, so a region
-cut into groups is a chain of regions each of which only reads what earlier ones (or other regions)
-made: the plan stays acyclic and the groups run in order.
+a segment to itself or to a later one. A segment is split further where one tensor or none of the
+region's own crosses (``narrow_cuts``: parallel stacks that meet only at the end have no key node
+between them). A group is a run of consecutive pieces of that order, so a region cut into groups is
+a chain of regions each of which only reads what earlier ones (or other regions) made: the plan
+stays acyclic and the groups run in order.
 
 Grouping walks the segments in order and closes a group after the segment at which the FLOPs so
 far reach the next multiple of a fair share (total / count): the j-th group ends where the first j
@@ -39,7 +41,7 @@ class Group:
     """Consecutive segments of one region, tuned together."""
 
     index: int
-    segments: tuple[int, ...]    # indices of the (whole-model) segments it holds, consecutive
+    segments: tuple[int, ...]    # indices of the (whole-model) segments it draws from, consecutive
     nodes: tuple[str, ...]       # the region's nodes in them, in the region's order
     flops: int
 
@@ -74,19 +76,52 @@ def cut_by_share(flops: Sequence[int], count: int) -> tuple[tuple[int, ...], ...
     return tuple(tuple(r) for r in runs)
 
 
+def narrow_cuts(nodes: tuple[str, ...], view: GraphView) -> frozenset[int]:
+    """Positions ``k`` of ``nodes`` (a region, in topological order) where cutting before
+    ``nodes[k]`` crosses at most one tensor the region makes itself. Key nodes are such cuts; so is
+    the end of a branch that meets the others only later, as where a model's inputs start separate
+    stacks (ICLabel's scalp map, spectrum and autocorrelation) and the region's inputs, which every
+    group may read, cross no cut of the region's own."""
+    position = {n: i for i, n in enumerate(nodes)}
+    live = [0] * (len(nodes) + 1)     # +1 from a value's producer to -1 after its last reader
+    last: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for v in view.node(n).inputs:
+            p = view.producer(v)
+            if p in position and position[p] < i:
+                last[v] = i
+    for v, end in last.items():
+        live[position[view.producer(v) or ""] + 1] += 1
+        live[end + 1] -= 1
+    crossing, cuts = 0, set()
+    for k in range(1, len(nodes)):
+        crossing += live[k]
+        if crossing <= 1:
+            cuts.add(k)
+    return frozenset(cuts)
+
+
 def region_groups(nodes: tuple[str, ...], segs: tuple[Segment, ...], view: GraphView, count: int) -> tuple[Group, ...]:
-    """``nodes`` (one region, in topological order) cut at segment bounds into at most ``count``
-    groups by FLOP share. Segments that hold none of the region's nodes are skipped; a group never
-    splits a segment."""
+    """``nodes`` (one region, in topological order) cut at segment bounds, and inside a segment at
+    ``narrow_cuts``, into at most ``count`` groups by FLOP share. Segments that hold none of the
+    region's nodes are skipped; a group splits a segment only where one tensor or none crosses."""
     mine = set(nodes)
     position = {n: i for i, n in enumerate(nodes)}
-    pieces = [(s.index, tuple(sorted((n for n in s.nodes if n in mine), key=position.__getitem__))) for s in segs]
-    pieces = [(i, ns) for i, ns in pieces if ns]
+    narrow = narrow_cuts(nodes, view)
+    pieces = []
+    for s in segs:
+        inside = sorted((n for n in s.nodes if n in mine), key=position.__getitem__)
+        start = 0
+        for j in range(1, len(inside) + 1):
+            if j == len(inside) or position[inside[j]] in narrow:
+                pieces.append((s.index, tuple(inside[start:j])))
+                start = j
     if sum(len(ns) for _, ns in pieces) != len(nodes):
         raise ValueError("the segments do not cover the region's nodes")
     flops = [sum(node_flops(view.node(n), view) for n in ns) for _, ns in pieces]
     groups = []
     for g, run in enumerate(cut_by_share(flops, count)):
         held = tuple(n for k in run for n in pieces[k][1])
-        groups.append(Group(g, tuple(pieces[k][0] for k in run), held, sum(flops[k] for k in run)))
+        segments = tuple(dict.fromkeys(pieces[k][0] for k in run))   # a split segment may be in two groups
+        groups.append(Group(g, segments, held, sum(flops[k] for k in run)))
     return tuple(groups)

@@ -45,7 +45,7 @@ def test_groups_are_whole_consecutive_segments_near_a_fair_share_each(flops, cou
         assert len(runs) >= count - 1 or held.count(0) > 0   # even work: (nearly) the count asked
 
 
-def test_a_region_cut_at_segment_bounds_never_splits_a_segment():
+def test_a_region_cut_at_segment_bounds_never_splits_a_segment_where_two_tensors_cross():
     """A chain with a diamond: x -> {b, c} -> d is one segment (d is the key node); the diamond's
     branches never land in two groups."""
     sizes = {"a": 100, "x": 100, "b": 50, "c": 50, "d": 100, "e": 300, "f": 100, "g": 100, "h": 300, "i": 100}
@@ -64,3 +64,24 @@ def test_a_region_cut_at_segment_bounds_never_splits_a_segment():
     assert [g.flops for g in groups] == [400, 300, 600]
     for g in groups:
         assert all(set(s.nodes) <= set(g.nodes) or not set(s.nodes) & set(g.nodes) for s in segs)
+
+
+def test_stacks_that_meet_only_at_the_end_are_cut_between_them():
+    """Two inputs, each through its own chain, concatenated at the end (ICLabel's three stacks):
+    no node is on every path, so it is all one segment, but between the stacks only the first
+    stack's output crosses, and between its heavy layers only the current one; a cut never falls
+    where two of the region's tensors cross (the first stack's output and the second's running value)."""
+    flops = {"a1": 400, "a2": 400, "a3": 400, "b1": 300, "b2": 100, "cat": 1}
+    reads = {"a1": ["x"], "a2": ["a1.out"], "a3": ["a2.out"], "b1": ["y"], "b2": ["b1.out"], "cat": ["a3.out", "b2.out"]}
+    order = ("a1", "a2", "a3", "b1", "b2", "cat")
+    nodes = [Node(n, "Concat" if n == "cat" else "Relu", tuple(reads[n]), (f"{n}.out",)) for n in order]
+    values = {"x": Value("x", "float32", (400,)), "y": Value("y", "float32", (300,)),
+              **{f"{n}.out": Value(f"{n}.out", "float32", (flops[n],)) for n in order}}
+    view = GraphView.build(nodes, ["x", "y"], ["cat.out"], values)
+    segs = segments(view, 1)
+    assert len([s for s in segs if {"a3", "b1"} <= set(s.nodes)]) == 1     # one segment holds both stacks
+    # before a2, a3, b1 one tensor crosses (a1's, a2's, a3's); before b2 and cat two (a3's and b1's / b2's)
+    assert fg.narrow_cuts(order, view) == frozenset({1, 2, 3})
+    groups = fg.region_groups(order, segs, view, 4)
+    assert [g.nodes for g in groups] == [("a1",), ("a2",), ("a3",), ("b1", "b2", "cat")]   # shares of ~400
+    assert all(len(g.segments) == 1 for g in groups) and groups[0].segments == groups[2].segments
