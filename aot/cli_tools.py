@@ -249,7 +249,8 @@ def _cmd_learn_retime(args: argparse.Namespace) -> int:
         done = retime.retime(model, Path(args.db), Path(args.into), work, options, args.iterations,
                              progress=lambda s: print(s, file=sys.stderr))
         print(f"{model}: {done.plans} plan(s), {done.timed} timed side by side in {done.groups} group(s), "
-              f"{done.skipped} already there, {len(done.failed)} failed")
+              f"{done.skipped} already there, {len(done.left_out)} left out (they no longer fit the graph), "
+              f"{len(done.failed)} failed")
     print(args.into)
     return 0
 

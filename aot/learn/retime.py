@@ -39,7 +39,8 @@ class Retimed:
     timed: int                          # rows added to the target
     skipped: int                        # already in the target
     groups: int
-    failed: tuple[tuple[str, str], ...]  # (key, why)
+    failed: tuple[tuple[str, str], ...]    # (key, why): plans that fit but did not build
+    left_out: tuple[tuple[str, str], ...] = ()  # (key, why): stored plans that no longer fit the graph
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +97,17 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
     with costdb.CostDatabase(target) as db:
         done = {r.key for r in db.rows() if r.model == model and not isinstance(stored_plan(r.plan, planned.view), str)}
     fits: list[tuple[costdb.Measurement, Plan]] = []
-    failed = [(key, reason) for key, reason in unfit.items() if key not in first]
+    left_out = [(key, reason) for key, reason in unfit.items() if key not in first]
     for key, (row, plan) in first.items():
         # The graph part of the key: rows measured before host regions were stored pinned
         # (``as_measured``) keyed them by other flags, and the row keeps its key in the target.
         if key_of(planned.view, plan, fingerprint).graph != row.graph:
-            failed.append((key, "the stored plan labels today's graph differently"))
+            left_out.append((key, "the stored plan labels today's graph differently"))
             continue
         fits.append((row, plan))
-    for key, why in failed:
+    for key, why in left_out:
         progress(f"retime   {model}: plan {key[:12]} left out: {why}")
+    failed: list[tuple[str, str]] = []
     todo = [(row, plan) for row, plan in fits if row.key not in done]
     progress(f"retime   {model}: {len(fits)} plan(s), {len(fits) - len(todo)} already retimed, "
              f"building {len(todo)} from the compile cache")
@@ -137,4 +139,4 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
     with costdb.CostDatabase(target) as db:
         for i, b in enumerate(built):
             db.add(dataclasses.replace(b.row, total_us=labels[i], regions=()))
-    return Retimed(model, len(fits), len(built), len(fits) - len(todo), len(groups), tuple(failed))
+    return Retimed(model, len(fits), len(built), len(fits) - len(todo), len(groups), tuple(failed), tuple(left_out))
