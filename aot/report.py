@@ -149,7 +149,7 @@ def text(m: Manifest, rec: BuildRecord | None) -> str:
     if m.shapes:
         lines += ["", buckets_text(m)]
     if rec is not None and rec.rewrites:
-        lines.append("\nops written out before planning (IREE cannot lower them as they are):")
+        lines.append("\nops rewritten before planning (what IREE cannot lower as they are, or runs slowly):")
         lines += [f"  {w.op} x{w.count}: {w.reason}" for w in rec.rewrites]
     if rec is not None:
         reasons = Counter(reason for _, reason in rec.host_reasons)
