@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
@@ -36,6 +35,7 @@ from onnx import helper, numpy_helper
 
 from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, rewrite_each
 from aot.frontend.expand import Expanded
+from aot.frontend.legalize.base import Emitter
 from aot.frontend.passes import PassResult, run_sequence
 
 MAX_STEPS = 128
@@ -121,49 +121,35 @@ class _Unrolled:
                  linear_before_reset: bool) -> None:
         self.node, self.steps, self.batch, self.hidden, self.directions = node, steps, batch, hidden, directions
         self.cell, self.linear_before_reset = CELLS[node.op_type], linear_before_reset
-        self.prefix = node.name or node.output[0]
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
+        self.e = Emitter(node)
 
-    def name(self, what: str) -> str:
-        return f"{self.prefix}.unrolled.{what}"
-
-    def add(self, op: str, inputs: list[str], what: str, outputs: int = 1, **attributes: Any) -> list[str]:
-        names = [self.name(what if outputs == 1 else f"{what}.{i}") for i in range(outputs)]
-        self.nodes.append(helper.make_node(op, inputs, names, name=self.name(what), **attributes))
-        return names
-
-    def constant(self, array: np.ndarray, what: str) -> str:
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), self.name(what)))
-        return self.name(what)
+    def split(self, x: str, sizes: str, count: int, axis: int) -> list[str]:
+        return self.e.ops("Split", [x, sizes], [None] * count, axis=axis)
 
     def emit(self, w: np.ndarray, r: np.ndarray, bias: np.ndarray, initial: list[str]) -> Replacement:
         steps, batch, width = self.steps, self.batch, self.cell.gates * self.hidden
-        rows = self.add("Reshape", [self.node.input[0], self.constant(np.array([steps * batch, -1], np.int64), "rows")], "x")[0]
-        per_step = self.constant(np.full(steps, batch, np.int64), "per_step")
+        rows = self.e.op("Reshape", [self.node.input[0], self.e.const(np.array([steps * batch, -1], np.int64))])
+        per_step = self.e.const(np.full(steps, batch, np.int64))
         wanted = list(self.node.output) + [""] * (1 + self.cell.states - len(self.node.output))
         ys: list[str] = []
         finals: list[list[str]] = [[] for _ in range(self.cell.states)]
         for d in range(self.directions):
             outside, inside = self._biases(bias[d, :width], bias[d, width:])
-            projected = self.add("Gemm", [rows, self.constant(w[d], f"w{d}"), self.constant(outside, f"b{d}")],
-                                 f"projected{d}", transB=1)[0]
-            inputs = self.add("Split", [projected, per_step], f"steps{d}", outputs=steps, axis=0)
-            states = [self._state(name, d, f"s{k}_") for k, name in enumerate(initial)]
+            projected = self.e.op("Gemm", [rows, self.e.const(w[d]), self.e.const(outside)], transB=1)
+            inputs = self.split(projected, per_step, steps, 0)
+            states = [self._state(name, d) for name in initial]
             at, last = self._steps(d, inputs, r[d], inside, states)
             if wanted[0]:          # Y: [steps, directions, batch, hidden]
-                both = self.constant(np.array([0, 1], np.int64), f"axes{d}")
-                ys.append(self.add("Concat", [self.add("Unsqueeze", [at[t], both], f"y{d}.{t}")[0] for t in range(steps)],
-                                   f"y{d}", axis=0)[0])
+                both = self.e.const(np.array([0, 1], np.int64))
+                ys.append(self.e.op("Concat", [self.e.op("Unsqueeze", [at[t], both]) for t in range(steps)], axis=0))
             # Y_h (and Y_c): [directions, batch, hidden], the state after the last step run
             for k, (out, state) in enumerate(zip(wanted[1:], last)):
                 if out:
-                    finals[k].append(self.add("Unsqueeze", [state, self.constant(np.array([0], np.int64), f"lead{k}.{d}")],
-                                              f"last{k}.{d}")[0])
+                    finals[k].append(self.e.op("Unsqueeze", [state, self.e.const(np.array([0], np.int64))]))
         for out, parts, axis in zip(self.node.output, (ys, *finals), (1, 0, 0)):
             if out:
-                self.nodes.append(helper.make_node("Concat", parts, [out], name=self.name(f"out.{out}"), axis=axis))
-        return self.nodes, self.inits
+                self.e.op("Concat", parts, out=out, axis=axis)
+        return self.e.replacement()
 
     def _biases(self, wb: np.ndarray, rb: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The bias added with the input product, and (a GRU's with ``linear_before_reset``) the
@@ -180,69 +166,68 @@ class _Unrolled:
         position, and the states after the last step run."""
         reverse = self._direction() == b"reverse" or d == 1
         step = self._lstm_step if self.cell.gates == 4 else self._gru_step
-        weights = self._recurrent_weights(d, r, inside)
+        weights = self._recurrent_weights(r, inside)
         at: dict[int, str] = {}
         for t in (reversed(range(self.steps)) if reverse else range(self.steps)):
-            states = step(f"{d}.{t}", inputs[t], weights, states)
+            states = step(inputs[t], weights, states)
             assert states[0] is not None
             at[t] = states[0]
         assert all(s is not None for s in states)   # at least one step ran
         return at, [s for s in states if s is not None]
 
-    def _recurrent_weights(self, d: int, r: np.ndarray, inside: np.ndarray | None) -> dict[str, str]:
+    def _recurrent_weights(self, r: np.ndarray, inside: np.ndarray | None) -> dict[str, str]:
         if self.cell.gates == 4 or self.linear_before_reset:
-            out = {"all": self.constant(r, f"r{d}"), "gates": self.constant(np.full(self.cell.gates, self.hidden, np.int64), f"gates{d}")}
+            out = {"all": self.e.const(r), "gates": self.e.const(np.full(self.cell.gates, self.hidden, np.int64))}
             if inside is not None:
-                out["inside"] = self.constant(inside, f"rb{d}")
+                out["inside"] = self.e.const(inside)
             return out
         h = self.hidden           # a GRU without linear_before_reset: (r * H) R_h^T is a second product
-        return {"zr": self.constant(r[:2 * h], f"r_zr{d}"), "h": self.constant(r[2 * h:], f"r_h{d}"),
-                "gates": self.constant(np.full(3, h, np.int64), f"gates{d}"),
-                "halves": self.constant(np.full(2, h, np.int64), f"halves{d}")}
+        return {"zr": self.e.const(r[:2 * h]), "h": self.e.const(r[2 * h:]),
+                "gates": self.e.const(np.full(3, h, np.int64)),
+                "halves": self.e.const(np.full(2, h, np.int64))}
 
-    def _lstm_step(self, s: str, x: str, weights: dict[str, str], states: list[str | None]) -> list[str | None]:
+    def _lstm_step(self, x: str, weights: dict[str, str], states: list[str | None]) -> list[str | None]:
         h, c = states
-        gates = x if h is None else self.add("Gemm", [h, weights["all"], x], f"gates{s}", transB=1)[0]
-        i, o, f, g = self.add("Split", [gates, weights["gates"]], f"gate{s}", outputs=4, axis=1)
-        i, o, f = (self.add("Sigmoid", [v], f"{k}{s}")[0] for k, v in (("i", i), ("o", o), ("f", f)))
-        new = self.add("Mul", [i, self.add("Tanh", [g], f"g{s}")[0]], f"ig{s}")[0]
+        gates = x if h is None else self.e.op("Gemm", [h, weights["all"], x], transB=1)
+        i, o, f, g = self.split(gates, weights["gates"], 4, 1)
+        i, o, f = (self.e.op("Sigmoid", [v]) for v in (i, o, f))
+        new = self.e.op("Mul", [i, self.e.op("Tanh", [g])])
         if c is not None:
-            new = self.add("Add", [self.add("Mul", [f, c], f"fc{s}")[0], new], f"c{s}")[0]
-        return [self.add("Mul", [o, self.add("Tanh", [new], f"tanh_c{s}")[0]], f"h{s}")[0], new]
+            new = self.e.op("Add", [self.e.op("Mul", [f, c]), new])
+        return [self.e.op("Mul", [o, self.e.op("Tanh", [new])]), new]
 
-    def _gru_step(self, s: str, x: str, weights: dict[str, str], states: list[str | None]) -> list[str | None]:
+    def _gru_step(self, x: str, weights: dict[str, str], states: list[str | None]) -> list[str | None]:
         (h,) = states
-        pz, pr, ph = self.add("Split", [x, weights["gates"]], f"p{s}", outputs=3, axis=1)
+        pz, pr, ph = self.split(x, weights["gates"], 3, 1)
 
-        def gate(k: str, p: str, q: str | None) -> str:
-            return self.add("Sigmoid", [p if q is None else self.add("Add", [p, q], f"{k}_sum{s}")[0]], f"{k}{s}")[0]
+        def gate(p: str, q: str | None) -> str:
+            return self.e.op("Sigmoid", [p if q is None else self.e.op("Add", [p, q])])
 
         if "all" in weights:       # linear_before_reset: one product, the reset gate scales its h part
-            rec = weights.get("inside") if h is None else self.add(
-                "Gemm", [h, weights["all"], *([weights["inside"]] if "inside" in weights else [])], f"rec{s}", transB=1)[0]
-            rz, rr, rh = (None, None, None) if rec is None else self.add("Split", [rec, weights["gates"]], f"rsplit{s}", outputs=3, axis=1)
-            z = gate("z", pz, rz)
-            inner = ph if rh is None else self.add("Add", [ph, self.add("Mul", [gate("r", pr, rr), rh], f"rh{s}")[0]], f"n_sum{s}")[0]
+            rec = weights.get("inside") if h is None else self.e.op(
+                "Gemm", [h, weights["all"], *([weights["inside"]] if "inside" in weights else [])], transB=1)
+            rz, rr, rh = (None, None, None) if rec is None else self.split(rec, weights["gates"], 3, 1)
+            z = gate(pz, rz)
+            inner = ph if rh is None else self.e.op("Add", [ph, self.e.op("Mul", [gate(pr, rr), rh])])
         else:                      # the reset gate scales the state before the h gate's product
             rz = rr = None
             if h is not None:
-                rz, rr = self.add("Split", [self.add("Gemm", [h, weights["zr"]], f"rec{s}", transB=1)[0], weights["halves"]],
-                                  f"rsplit{s}", outputs=2, axis=1)
-            z = gate("z", pz, rz)
-            inner = ph if h is None else self.add("Add", [ph, self.add(
-                "Gemm", [self.add("Mul", [gate("r", pr, rr), h], f"rh{s}")[0], weights["h"]], f"rec_h{s}", transB=1)[0]], f"n_sum{s}")[0]
-        n = self.add("Tanh", [inner], f"n{s}")[0]
+                rz, rr = self.split(self.e.op("Gemm", [h, weights["zr"]], transB=1), weights["halves"], 2, 1)
+            z = gate(pz, rz)
+            inner = ph if h is None else self.e.op("Add", [ph, self.e.op(
+                "Gemm", [self.e.op("Mul", [gate(pr, rr), h]), weights["h"]], transB=1)])
+        n = self.e.op("Tanh", [inner])
         if h is None:              # H = (1 - z) * n
-            return [self.add("Sub", [n, self.add("Mul", [z, n], f"zn{s}")[0]], f"h{s}")[0]]
-        return [self.add("Add", [n, self.add("Mul", [z, self.add("Sub", [h, n], f"hn{s}")[0]], f"zhn{s}")[0]], f"h{s}")[0]]
+            return [self.e.op("Sub", [n, self.e.op("Mul", [z, n])])]
+        return [self.e.op("Add", [n, self.e.op("Mul", [z, self.e.op("Sub", [h, n])])])]
 
     def _direction(self) -> bytes:
         return next((a.s for a in self.node.attribute if a.name == "direction"), b"forward")
 
-    def _state(self, initial: str, d: int, what: str) -> str | None:
+    def _state(self, initial: str, d: int) -> str | None:
         """Direction ``d``'s initial state [batch, hidden]; None for zeros (absent)."""
         if not initial:
             return None
-        starts, ends = self.constant(np.array([d], np.int64), f"{what}start{d}"), self.constant(np.array([d + 1], np.int64), f"{what}end{d}")
-        sliced = self.add("Slice", [initial, starts, ends], f"{what}slice{d}")[0]
-        return self.add("Squeeze", [sliced, self.constant(np.array([0], np.int64), f"{what}axis{d}")], f"{what}{d}")[0]
+        starts, ends = self.e.const(np.array([d], np.int64)), self.e.const(np.array([d + 1], np.int64))
+        sliced = self.e.op("Slice", [initial, starts, ends])
+        return self.e.op("Squeeze", [sliced, self.e.const(np.array([0], np.int64))])

@@ -94,6 +94,20 @@ class Emitter:
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, **attributes))
         return output
 
+    def ops(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str | None], **attributes: Any) -> list[str]:
+        """Append one multi-output node: each output named as given, a fresh name where None, left
+        out where "" (trailing empty inputs and outputs dropped, as ONNX allows); return the names."""
+        name = self._name(op_type.lower())
+        names = [f"{name}/out{i}" if o is None else o for i, o in enumerate(outputs)]
+        trimmed = list(names)
+        while trimmed and not trimmed[-1]:
+            trimmed.pop()
+        used = list(inputs)
+        while used and not used[-1]:
+            used.pop()
+        self.nodes.append(helper.make_node(op_type, used, trimmed, name=name, **attributes))
+        return names
+
     def replacement(self) -> Replacement:
         return self.nodes, self.initializers
 

@@ -51,20 +51,6 @@ def _applies(node: onnx.NodeProto, ctx: Context) -> bool:
     return True
 
 
-def _multi(e: Emitter, op_type: str, inputs: list[str], outputs: list[str | None], **attributes: Any) -> list[str]:
-    """One multi-output node: each output named as given, a fresh name where None, left out where ""."""
-    name = e._name(op_type.lower())   # noqa: SLF001 - the Emitter names every node under the original
-    names = [f"{name}/out{i}" if o is None else o for i, o in enumerate(outputs)]
-    trimmed = list(names)
-    while trimmed and not trimmed[-1]:
-        trimmed.pop()
-    used = list(inputs)
-    while used and not used[-1]:
-        used.pop()
-    e.nodes.append(helper.make_node(op_type, used, trimmed, name=name, **attributes))
-    return names
-
-
 def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
     x = ctx.shape(node.input[0])
     if x is None or not _applies(node, ctx):
@@ -114,14 +100,14 @@ def _rewrite(node: onnx.NodeProto, ctx: Context) -> Replacement | None:
 
     reverse_in[0] = e.op("Gather", [node.input[0], backwards], axis=seq_axis)
     if not bidirectional:      # Y_h and Y_c are the forward run's own; Y comes back reversed
-        rev = _multi(e, node.op_type, reverse_in, [None if wanted[0] else "", *outs[1:]], direction="forward",
+        rev = e.ops(node.op_type, reverse_in, [None if wanted[0] else "", *outs[1:]], direction="forward",
                      **common, **per_dir[1])
         if wanted[0]:
             e.op("Gather", [rev[0], backwards], axis=seq_axis, out=outs[0])
         return e.replacement()
     fresh: list[str | None] = [None if w else "" for w in wanted]
-    rev = _multi(e, node.op_type, reverse_in, fresh, direction="forward", **common, **per_dir[1])
-    fwd = _multi(e, node.op_type, forward_in, fresh, direction="forward", **common, **per_dir[0])
+    rev = e.ops(node.op_type, reverse_in, fresh, direction="forward", **common, **per_dir[1])
+    fwd = e.ops(node.op_type, forward_in, fresh, direction="forward", **common, **per_dir[0])
     if wanted[0]:
         rev[0] = e.op("Gather", [rev[0], backwards], axis=seq_axis)
     for i in range(n_out):
