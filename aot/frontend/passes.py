@@ -8,6 +8,7 @@ callers may keep, compare or reuse their input. This mirrors onnx-ir's ``PassRes
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,31 @@ def rewrite_result(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto],
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(initializers)
     return PassResult(out, changed)
+
+
+def in_topological_order(nodes: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` reordered so that every value is made before it is read, keeping the given order
+    wherever it already is one (of the nodes ready, the earliest first). A value no node makes (a
+    graph input, an initializer, an outer scope's) is ready from the start. ValueError on a cycle."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    readers: dict[int, list[int]] = {}
+    waiting = [0] * len(nodes)
+    for i, n in enumerate(nodes):
+        for p in {producer[v] for v in n.input if v in producer}:
+            readers.setdefault(p, []).append(i)
+            waiting[i] += 1
+    ready = [i for i, w in enumerate(waiting) if w == 0]      # ascending: already a heap
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers.get(i, ()):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) != len(nodes):
+        raise ValueError("the nodes read each other's outputs in a cycle")
+    return [nodes[i] for i in order]
 
 
 def run_sequence(model: onnx.ModelProto, passes: Sequence[Pass], *,

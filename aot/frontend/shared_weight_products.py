@@ -19,7 +19,6 @@ results are equal to the last bit whenever the product's reduction order per row
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -28,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from aot.frontend.fold import static_shapes, subgraphs
-from aot.frontend.passes import PassResult
+from aot.frontend.passes import PassResult, in_topological_order
 
 PRODUCTS = ("Gemm", "MatMul")
 
@@ -62,7 +61,7 @@ def batch_shared_weight_products(model: onnx.ModelProto) -> PassResult:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
-    out.graph.node.extend(_topological(rewritten, out.graph))
+    out.graph.node.extend(in_topological_order(rewritten))   # a merged product's outputs are read by nodes before its last member
     out.graph.initializer.extend(inits)
     return PassResult(out, len(inits))
 
@@ -111,30 +110,3 @@ def _merged(nodes: Sequence[onnx.NodeProto], free: list[int], shapes: dict[str, 
             product,
             helper.make_node("Split", [f"{p}.out", split.name], [nodes[i].output[0] for i in free],
                              name=f"{p}.split", axis=0)], split
-
-
-def _topological(nodes: list[onnx.NodeProto], g: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """``nodes`` in an order where every value is made before it is read, keeping the given order
-    wherever it already was one (a merged product's outputs are read by nodes that came before its
-    last member)."""
-    made = {v.name for v in g.input} | {t.name for t in g.initializer} | {""}
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
-    waiting = [sum(1 for v in set(n.input) if v not in made and v in producer) for n in nodes]
-    readers: dict[str, list[int]] = defaultdict(list)
-    for i, n in enumerate(nodes):
-        for v in set(n.input):
-            if v not in made and v in producer:
-                readers[v].append(i)
-    ready = [i for i, w in enumerate(waiting) if w == 0]   # sorted: a heap already
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for o in nodes[i].output:
-            for r in readers.get(o, ()):
-                waiting[r] -= 1
-                if waiting[r] == 0:
-                    heapq.heappush(ready, r)
-    if len(order) != len(nodes):
-        raise AssertionError("merging products made a cycle")   # _independent rules this out
-    return [nodes[i] for i in order]

@@ -10,6 +10,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.frontend.passes import in_topological_order
+
 NAME = "tiny_cnn"
 INPUT_SHAPE = (1, 3, 64, 64)
 
@@ -41,7 +43,7 @@ def tiny_cnn(seed: int = 0) -> onnx.ModelProto:
     ]
     # ONNX wants nodes topologically sorted; "proj" is listed late above to
     # keep the residual readable, so sort here.
-    nodes = _toposort(nodes)
+    nodes = in_topological_order(nodes)
     inits = [
         weight("conv1.w", (16, 3, 3, 3)), weight("conv1.b", (16,)),
         numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), "bn1.s"),
@@ -65,19 +67,6 @@ def tiny_cnn(seed: int = 0) -> onnx.ModelProto:
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     return model
-
-
-def _toposort(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    produced = {o for n in nodes for o in n.output}
-    ready = {i for n in nodes for i in n.input if i not in produced}
-    out: list[onnx.NodeProto] = []
-    pending = list(nodes)
-    while pending:
-        node = next(n for n in pending if all(i in ready for i in n.input))
-        pending.remove(node)
-        out.append(node)
-        ready.update(node.output)
-    return out
 
 
 def write(path: Path, seed: int = 0) -> Path:

@@ -1,5 +1,6 @@
 """The front-end pass contract: a pass never mutates its input, returns that same object when it
-changes nothing, and counts what it changed; run_to_fixpoint sums rounds until one changes nothing."""
+changes nothing, and counts what it changed; run_to_fixpoint sums rounds until one changes nothing;
+nodes a pass reorders come out in a topological order."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 from aot.frontend import load
 from aot.frontend.branches import inline_constant_ifs
 from aot.frontend.fold import fold_constants, prune
-from aot.frontend.passes import Pass, PassResult, run_sequence, run_to_fixpoint
+from aot.frontend.passes import Pass, PassResult, in_topological_order, run_sequence, run_to_fixpoint
 from aot.frontend.workarounds import expand_reflect_pad, trim_conv_end_padding
 from conftest import onnx_model
 from test_load import small_model
@@ -195,3 +196,14 @@ def test_large_constants_fold_unless_they_decompress():
     left = [n.op_type for n in folded.graph.node]
     assert left == ["Cast", "Add", "Add"]            # Constant and Mul folded, the int8 -> f32 Cast kept
     assert "scaled" in {t.name for t in folded.graph.initializer}
+
+
+def test_nodes_are_put_in_an_order_that_makes_each_value_before_it_is_read():
+    # c reads b's output and comes first; a and d read only the graph input: they keep their order
+    a, c, b, d = (helper.make_node("Relu", [i], [o], name=o) for i, o in
+                  (("x", "a"), ("b", "c"), ("a", "b"), ("x", "d")))
+    assert [n.name for n in in_topological_order([a, c, b, d])] == ["a", "b", "c", "d"]
+    assert [n.name for n in in_topological_order([a, b, c, d])] == ["a", "b", "c", "d"]   # already one: kept
+    loop = [helper.make_node("Relu", ["q"], ["p"]), helper.make_node("Relu", ["p"], ["q"])]
+    with pytest.raises(ValueError, match="cycle"):
+        in_topological_order(loop)
