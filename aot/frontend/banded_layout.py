@@ -41,12 +41,12 @@ def sink_banded_transposes(model: onnx.ModelProto) -> PassResult:
     nodes = [_copy(n) for n in g.node]     # the rewrites edit nodes in place; `model` stays as it was
     outputs = {o.name for o in g.output}
     shapes = static_shapes(g)
-    before = _transposes(nodes) + _reshapes(nodes)
+    before = _marked(nodes)
     for _ in range(MAX_ROUNDS):
         step = _drop_identity_reshape(nodes, shapes, outputs) or _swap(nodes, outputs) or _cancel(nodes, outputs)
         if not step:
             break
-    removed = before - _transposes(nodes) - _reshapes(nodes)
+    removed = before - _marked(nodes)
     if removed <= 0:
         return PassResult(model, 0)
     result = rewrite_result(model, nodes, [], removed)
@@ -66,12 +66,9 @@ def _remove(nodes: list[onnx.NodeProto], node: onnx.NodeProto) -> None:
     del nodes[next(i for i, m in enumerate(nodes) if m is node)]
 
 
-def _transposes(nodes: list[onnx.NodeProto]) -> int:
-    return sum(n.op_type == "Transpose" and MARK in n.name for n in nodes)
-
-
-def _reshapes(nodes: list[onnx.NodeProto]) -> int:
-    return sum(n.op_type == "Reshape" and MARK in n.name for n in nodes)
+def _marked(nodes: list[onnx.NodeProto]) -> int:
+    """The banded rewrite's Transposes and Reshapes: what this pass removes."""
+    return sum(n.op_type in ("Transpose", "Reshape") and MARK in n.name for n in nodes)
 
 
 def _perm(node: onnx.NodeProto) -> tuple[int, ...]:

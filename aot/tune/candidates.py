@@ -35,8 +35,9 @@ class FlagSet:
 # 134 ms at O2 against 51 without.
 DATA_TILED_CONV = FlagSet("data-tiled-conv", (DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS))
 # Sets the tuner offered once and offers no more. Cost databases keep what was measured with them,
-# but a learned model counts no win for them (learn/narrow_eval.tuner_wins): ``--tune-top`` times
-# the sets that won most often, and a win for a set never offered again would be a slot lost.
+# and they train a learned model, but no choice is scored on them and they win nothing
+# (learn/narrow_eval.offered): ``--tune-top`` times the sets that won most often, and a win for a
+# set never offered again would be a slot lost.
 RETIRED_HOST_SETS: tuple[FlagSet, ...] = (
     FlagSet("data-tiled-conv at O2 (until 2026-11-29, stop 56)", (O2, *DATA_TILED_CONV.flags)),
 )
