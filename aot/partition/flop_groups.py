@@ -83,15 +83,15 @@ def narrow_cuts(nodes: tuple[str, ...], view: GraphView) -> frozenset[int]:
     stacks (ICLabel's scalp map, spectrum and autocorrelation) and the region's inputs, which every
     group may read, cross no cut of the region's own."""
     position = {n: i for i, n in enumerate(nodes)}
-    live = [0] * (len(nodes) + 1)     # +1 from a value's producer to -1 after its last reader
-    last: dict[str, int] = {}
+    live = [0] * (len(nodes) + 1)     # +1 after a value's producer, -1 after its last reader
+    span: dict[str, tuple[int, int]] = {}   # value -> (its producer's position, its last reader's)
     for i, n in enumerate(nodes):
         for v in view.node(n).inputs:
             p = view.producer(v)
             if p in position and position[p] < i:
-                last[v] = i
-    for v, end in last.items():
-        live[position[view.producer(v) or ""] + 1] += 1
+                span[v] = (position[p], i)
+    for made, end in span.values():
+        live[made + 1] += 1
         live[end + 1] -= 1
     crossing, cuts = 0, set()
     for k in range(1, len(nodes)):
