@@ -41,12 +41,14 @@ from typing import Any
 
 from aot.lower.depthwise import (VTENSOR, ConvOperands, accumulator_init, conv_operands, expected_output, ints,
                                 onnx_attributes, rewrite_ops, zero_pad)
-from aot.lower.flags import CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
+from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
 from aot.runtime.target import Target
 
 # Bump with any change to what this module writes: the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
-PACKED_CONV_VERSION = 4
+PACKED_CONV_VERSION = 5
+# The same for what a channels-last module is given (``strided_pointwise_body``).
+CHANNELS_LAST_REWRITE_VERSION = 1
 # Input channels the NCHWc kernel pads to its block of 16 at a loss of 4x or more. A stride-2 stem
 # over this many still fills a block after space-to-depth (4 Cin); at stride 1 they are gathered.
 FEW_INPUT_CHANNELS = 4
@@ -69,16 +71,26 @@ def applies(target: Target, opt: tuple[str, ...] | None) -> bool:
 
 
 def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> bytes:
-    """The text a region compiles from with these flags: rewritten where ``applies``."""
+    """The text a region compiles from with these flags: rewritten where ``applies``; in a
+    channels-last module, the strided pointwise convolutions alone."""
+    if _channels_last(target, opt):
+        rewritten, _ = rewrite_ops(text.decode(), strided_pointwise_body)
+        return rewritten.encode()
     if not applies(target, opt):
         return text
     rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body, shifted_body, max_pool_body)
     return rewritten.encode()
 
 
+def _channels_last(target: Target, opt: tuple[str, ...] | None) -> bool:
+    return target.backend == "llvm-cpu" and opt is not None and CHANNELS_LAST[0] in opt
+
+
 def key_tag(target: Target, opt: tuple[str, ...] | None) -> tuple[str, ...]:
     """What a learned-database key adds for a region compiled this way (nothing elsewhere, so no
     other row's key changes)."""
+    if _channels_last(target, opt):
+        return (f"channels-last strided pointwise {CHANNELS_LAST_REWRITE_VERSION}",)
     return (f"packed-conv {PACKED_CONV_VERSION}",) if applies(target, opt) else ()
 
 
@@ -129,6 +141,14 @@ def pointwise(op: Any) -> ConvOperands | None:
             or expected_output(c) != c.y):
         return None
     return c if 2 * c.w[0] * c.w[1] * c.y[2] * c.y[3] >= PACKING_PAYS_FROM_FLOPS else None
+
+
+def strided_pointwise_body(op: Any) -> str | None:
+    """``pointwise_body`` for the strided ones alone: IREE 3.13's channels-last conversion lowers
+    every other pointwise convolution to a product it vectorises, but these to a generic reduction
+    (the open-NSFW ResNet-50's six projections: 15.8 ms of the 25 ms its channels-last build ran)."""
+    c = pointwise(op)
+    return pointwise_body(op) if c is not None and c.strides != (1, 1) else None
 
 
 def pointwise_body(op: Any) -> str | None:
@@ -370,6 +390,11 @@ def max_pool(op: Any) -> MaxPool | None:
     return MaxPool(x, y, (kernel[0], kernel[1]), (strides[0], strides[1]), (pads[0], pads[1], pads[2], pads[3]))
 
 
+def _only_convolutions_read(op: Any) -> bool:
+    return all(use.owner.name == "torch.operator" and str(use.owner.attributes["name"]) == '"onnx.Conv"'
+               for use in op.results[0].uses)
+
+
 def max_pool_body(op: Any) -> str | None:
     """``op`` as an elementwise maximum of its window's slices of the input padded with -inf, or
     None for any other op (``max_pool``). The set's own pooling packs its padded input into blocks
@@ -381,7 +406,11 @@ def max_pool_body(op: Any) -> str | None:
     0.5 contiguous), and every stride-th column is taken from it. That strided read fuses into
     the next data-tiled convolution's packing, which then costs that convolution 35-80 us more
     (MTCNN's); copying the columns out behind an optimization barrier instead cost as much in
-    dispatches, and the gain on ONet and the ResNet with it (docs/performance.md)."""
+    dispatches, and the gain on ONet and the ResNet with it (docs/performance.md). Where another
+    op reads the pooled value as well (torchvision's ResNets add it to their first block's output),
+    the columns are copied out behind one all the same: the strided read fused into that addition,
+    in the data-tiled convolution's dispatch before it, and asked 786 KiB of stack, over IREE's 32
+    KiB limit (the set failed to compile for a ResNet-18)."""
     p = max_pool(op)
     if p is None:
         return None
@@ -407,6 +436,9 @@ def max_pool_body(op: Any) -> str | None:
     columns = "%yf" if fw == ow else "%y"
     strided = "" if fw == ow else \
         f"%y = tensor.extract_slice %yf[0, 0, 0, 0] [{n}, {c}, {oh}, {ow}] [1, 1, 1, {sw}] : {full} to {out}"
+    if strided and not _only_convolutions_read(op):
+        strided += f"\n    %yb = util.optimization_barrier %y : {out}"
+        columns = "%yb"
     return f"""func.func @max_pool(%xt: {_vt(p.x, "f32")}) -> {_vt(p.y, "f32")} {{
     %x = torch_c.to_builtin_tensor %xt : {_vt(p.x, "f32")} -> {_shape(p.x, "f32")}
     {pad}

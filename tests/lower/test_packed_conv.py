@@ -1,8 +1,9 @@
 """Pointwise convolutions, few-channel stride-2 stems, stride-1 convolutions with a non-square
 kernel or few input channels, and max poolings are rewritten for IREE's data-tiled convolutions
 (``lower/packed_conv.py``), only in modules compiled with them: which ops match, that other flags
-leave the text alone, and that a host build pinned to the data-tiled-conv set gives onnxruntime's
-values with all four rewrites in its module."""
+leave the text alone (but for the strided pointwise convolutions of a channels-last module), and
+that a host build pinned to the data-tiled-conv set gives onnxruntime's values with all four
+rewrites in its module."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks.compare import assert_close
 from aot.lower import depthwise, packed_conv
-from aot.lower.flags import DATA_TILING, IM2COL
+from aot.lower.flags import CHANNELS_LAST, DATA_TILING, IM2COL, O2
 from aot.lower.importer import import_onnx
 from aot.runtime.target import Target
 from aot.tune.candidates import DATA_TILED_CONV as TUNER_SET
 from conftest import onnx_model
 
 DATA_TILED_CONV = TUNER_SET.flags   # the tuner's data-tiled-conv set
+CHANNELS_LAST_SET = (O2, *CHANNELS_LAST, DATA_TILING)   # the tuner's channels-last+data-tiling set
 
 
 def _single(w_shape: tuple[int, ...], x_shape: tuple[int, ...], **attrs) -> onnx.ModelProto:
@@ -90,6 +92,40 @@ def test_max_poolings_are_rewritten_when_static_2d_and_without_indices(model, re
     assert count == int(rewritten) and ('"onnx.MaxPool"' in text) != rewritten
 
 
+def test_a_pooled_value_another_op_reads_is_copied_out_behind_a_barrier(tmp_path):
+    """torchvision's ResNets add their stem's pooled map to their first block's output: the
+    strided read fused into that addition asked 786 KiB of stack and the set failed to compile.
+    Read by convolutions alone (the Caffe ResNet's two projections), it stays fused."""
+    w = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "w")
+    pool = helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    conv = helper.make_node("Conv", ["p", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    for last, barrier in ((helper.make_node("Add", ["c", "p"], ["y"], name="add"), True),
+                          (helper.make_node("Conv", ["p", "w"], ["y"], name="other", kernel_shape=[3, 3],
+                                            pads=[1, 1, 1, 1]), False)):
+        model = onnx.shape_inference.infer_shapes(onnx_model(
+            [pool, conv, last], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "c")], [w]))
+        mlir = import_onnx(model, "m", tmp_path, tmp_path / "w.irpa").mlir
+        text, (count,) = depthwise.rewrite_ops(mlir, packed_conv.max_pool_body)
+        assert count == 1 and ("util.optimization_barrier" in text) == barrier
+
+
+def test_a_channels_last_module_gets_its_strided_pointwise_convolutions_as_products(tmp_path):
+    """IREE 3.13's channels-last conversion lowers a strided 1x1 convolution to a reduction it
+    runs at a few GFLOP/s; the other convolutions (and poolings) are left to it."""
+    host = Target.host()
+    strided, plain, pooled = (import_onnx(m, "m", tmp_path, tmp_path / "w.irpa").mlir.encode() for m in (
+        _single((64, 32, 1, 1), (1, 32, 15, 15), strides=[2, 2]), _single((64, 32, 1, 1), (1, 32, 14, 14)),
+        _pool((1, 64, 112, 112), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])))
+    rewritten = packed_conv.module_text(host, strided, CHANNELS_LAST_SET)
+    assert b'"onnx.Conv"' not in rewritten and b"linalg.matmul" in rewritten
+    assert packed_conv.module_text(host, plain, CHANNELS_LAST_SET) == plain
+    assert packed_conv.module_text(host, pooled, CHANNELS_LAST_SET) == pooled
+    assert packed_conv.key_tag(host, CHANNELS_LAST_SET) == (
+        f"channels-last strided pointwise {packed_conv.CHANNELS_LAST_REWRITE_VERSION}",)
+    assert packed_conv.module_text(Target.parse("vulkan"), strided, CHANNELS_LAST_SET) is strided
+
+
 def test_only_a_cpu_module_compiled_with_data_tiled_convolutions_is_rewritten(tmp_path):
     text = import_onnx(_single((64, 32, 1, 1), (1, 32, 14, 14)), "m", tmp_path, tmp_path / "w.irpa").mlir.encode()
     host = Target.host()
@@ -140,10 +176,9 @@ def _corners() -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model)
 
 
-@pytest.mark.device
-def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp_path):
-    from aot import api, runtime
-    from aot.checks import reference
+def _pinned_corners(tmp_path, flags: tuple[str, ...]):
+    """The corner cases built on the host with their one region pinned to ``flags``."""
+    from aot import api
     from aot.options import BuildOptions
 
     path = tmp_path / "corner.onnx"
@@ -151,11 +186,29 @@ def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp
     first = api.build(path, tmp_path / "default", BuildOptions(accel=None))
     plan = json.loads((first.bundle.path / "plan.json").read_text())
     (region,) = plan["regions"]
-    region["flags"] = list(DATA_TILED_CONV)
+    region["flags"] = list(flags)
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    built = api.build(path, tmp_path / "tiled", BuildOptions(accel=None, plan_file=tmp_path / "plan.json"))
+    built = api.build(path, tmp_path / "pinned", BuildOptions(accel=None, plan_file=tmp_path / "plan.json"))
     (entry,) = built.bundle.manifest.regions
-    assert tuple(entry.flags) == DATA_TILED_CONV
+    assert tuple(entry.flags) == flags
+    return path, built
+
+
+def _matches_onnxruntime(path, built) -> None:
+    from aot import runtime
+    from aot.checks import reference
+
+    x = np.random.default_rng(1).standard_normal((1, 3, 90, 74)).astype(np.float32)
+    want = reference.session(path).run(None, {"x": x})[0]
+    with runtime.load(built.bundle.path) as session:
+        got = session.run({"x": x})[0]
+    assert got.shape == want.shape and np.isfinite(got).all() and np.abs(got).max() > 0.1
+    assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.device
+def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp_path):
+    path, built = _pinned_corners(tmp_path, DATA_TILED_CONV)
     # the module holds the rewrites: one convolution is left of the seven, and it is the 3x3 over
     # 16 channels; the stem is a convolution over blocks, the others are matmuls (three over taps);
     # no pooling is left
@@ -164,12 +217,17 @@ def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp
     assert compiled.count('"onnx.Conv"') == 1 and compiled.count("linalg.matmul") == 5
     assert compiled.count("linalg.conv_2d_nchw_fchw") == 1 and compiled.count("tensor.concat") == 3
     assert '"onnx.MaxPool"' in text.decode() and '"onnx.MaxPool"' not in compiled
-    x = np.random.default_rng(1).standard_normal((1, 3, 90, 74)).astype(np.float32)
-    want = reference.session(path).run(None, {"x": x})[0]
-    with runtime.load(built.bundle.path) as session:
-        got = session.run({"x": x})[0]
-    assert got.shape == want.shape and np.isfinite(got).all() and np.abs(got).max() > 0.1
-    assert_close(got, want, rtol=1e-4, atol=1e-4)
+    _matches_onnxruntime(path, built)
+
+
+@pytest.mark.device
+def test_a_build_pinned_to_channels_last_gives_onnxruntimes_values(tmp_path):
+    path, built = _pinned_corners(tmp_path, CHANNELS_LAST_SET)
+    text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_bytes()
+    compiled = packed_conv.module_text(Target.host(), text, CHANNELS_LAST_SET).decode()
+    # the strided projection alone is a product; the six others stay convolutions
+    assert compiled.count('"onnx.Conv"') == 6 and compiled.count("linalg.matmul") == 1
+    _matches_onnxruntime(path, built)
 
 
 def _stems() -> onnx.ModelProto:
