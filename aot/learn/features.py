@@ -6,9 +6,14 @@ those labels (the node's neighbourhood up to ``WL_ITERATIONS`` hops, both direct
 into ``BUCKETS`` bins. A region is the histogram of its nodes' bins plus its FLOPs, bytes, node
 counts and boundary bytes, and what its flags compile: each op class's FLOP share, alone and
 under each flag (``MIX_SCALARS``); a plan (``Mode.PLAN`` models) the same per device plus the
-global figures: regions, transfers and the bytes crossing devices. All numbers go through ``log1p`` so
-a tree splits on orders of magnitude. Pure numpy and networkx: a build evaluates these with no
-learning library installed.
+global figures: regions, transfers and the bytes crossing devices. From version 4, the same shares
+per ``Geometry`` (the convolution's or product's shape class) close each vector. All numbers go
+through ``log1p`` so a tree splits on orders of magnitude. Pure numpy and networkx: a build
+evaluates these with no learning library installed.
+
+A version only appends columns to the one before it, so a model fitted on an older version reads
+the leading columns of today's vectors (``WIDTHS``): retraining one device's model does not
+invalidate another's whose database is elsewhere.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from aot.partition.cost import is_convolution, node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, SupportTable, label
 
-FEATURE_VERSION = 3     # bump when any vector below changes meaning: a model of another version is refused
+FEATURE_VERSION = 4     # bump when columns are appended below (never moved or removed): see WIDTHS
 BUCKETS = 64
 WL_ITERATIONS = 2
 # What a region's compile flags decide, one bit each (lower/flags.py owns the spellings). Regions
@@ -65,9 +70,47 @@ PLAN_SCALARS = ("host_flops", "host_bytes", "host_nodes", "accel_flops", "accel_
                 "regions", "accel_regions", "hops", "crossing_bytes", "accel_flop_share",
                 *(f"host_share_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS, *MIX_SCALARS)
 NODE_SCALARS = ("accel_ok", "compute", "flops", "bytes", "graph_flops", "flop_share", "fanin", "fanout")
-REGION_DIM = len(REGION_SCALARS) + BUCKETS
-PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS
+
+
+class Geometry(enum.IntEnum):
+    """Finer than ``OpClass``: the shapes each flag set lowers differently. im2col, channels-last
+    and data-tiled convolutions each turn 1 x 1, k x k, strided, stem and grouped convolutions
+    into other loops, and data tiling pays on wide products and costs on thin ones (one row: a
+    recurrent step, a vector through a classifier). Version 3 saw the op classes alone and could
+    not tell the CNNs where channels-last won from those where it lost."""
+
+    POINTWISE = 0        # a 1 x 1 convolution at stride 1
+    SPATIAL = 1          # a k x k convolution at stride 1 over at least NARROW_CHANNELS input channels
+    STRIDED = 2          # a convolution at stride > 1
+    NARROW = 3           # a convolution over fewer than NARROW_CHANNELS input channels (a stem)
+    GROUPED = 4          # depthwise and other grouped convolutions
+    THIN_PRODUCT = 5     # a matrix product of at most THIN_ROWS rows
+    PRODUCT = 6
+    OTHER = 7
+
+
+NARROW_CHANNELS = 16
+THIN_ROWS = 16
+# Appended in version 4: each geometry's FLOP share, alone and under each flag.
+GEOMETRY_SCALARS = (*(f"geometry_{g.name.lower()}" for g in Geometry),
+                    *(f"geometry_{g.name.lower()}_{name}" for g in Geometry for name, _ in FLAG_BITS),
+                    "conv_log_channels", "conv_log_pixels")
+REGION_DIM = len(REGION_SCALARS) + BUCKETS + len(GEOMETRY_SCALARS)
+PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + len(GEOMETRY_SCALARS)
 NODE_DIM = len(NODE_SCALARS) + BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class Widths:
+    """How many leading columns of each vector a model of one feature version reads."""
+
+    region: int
+    plan: int
+    node: int
+
+
+WIDTHS = {3: Widths(REGION_DIM - len(GEOMETRY_SCALARS), PLAN_DIM - len(GEOMETRY_SCALARS), NODE_DIM),
+          FEATURE_VERSION: Widths(REGION_DIM, PLAN_DIM, NODE_DIM)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +124,8 @@ class GraphCodes:
     accel_ok: np.ndarray              # per node, bool: the support table lets it run on the accelerator
     op_class: np.ndarray              # per node, an OpClass value
     bins: np.ndarray                  # [nodes, BUCKETS]: counts of its WL subtree hashes per bin
+    geometry: np.ndarray              # per node, a Geometry value
+    extent: np.ndarray                # [nodes, 2]: a convolution's log2 input channels and output pixels
 
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
@@ -125,7 +170,18 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
             for h in (g.nodes[name]["label"], *hashes[name]):
                 bins[i, _bin(h)] += 1
     return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok,
-                      np.array([op_class(n, view) for n in view.nodes], dtype=np.int64), bins)
+                      np.array([op_class(n, view) for n in view.nodes], dtype=np.int64), bins,
+                      np.array([geometry(n, view) for n in view.nodes], dtype=np.int64),
+                      np.array([extent(n, view) for n in view.nodes], dtype=np.float64).reshape(len(names), 2))
+
+
+def extent(node: Node, view: GraphView) -> tuple[float, float]:
+    if not is_convolution(node) or not node.inputs or not node.outputs:
+        return (0.0, 0.0)
+    x, out = view.values[node.inputs[0]].shape, view.values[node.outputs[0]].shape
+    if not x or not out or len(x) < 3 or len(out) < 3:
+        return (0.0, 0.0)
+    return (math.log2(max(x[1], 1)), math.log2(max(math.prod(out[2:]), 1)))
 
 
 def op_class(node: Node, view: GraphView) -> OpClass:
@@ -133,6 +189,35 @@ def op_class(node: Node, view: GraphView) -> OpClass:
     if is_convolution(node):
         return OpClass.GROUPED_CONV if _grouped(node, op, view) else OpClass.CONV
     return OpClass.MATMUL if op in _MATMUL_OPS else OpClass.OTHER
+
+
+def geometry(node: Node, view: GraphView) -> Geometry:
+    cls = op_class(node, view)
+    if cls is OpClass.GROUPED_CONV:
+        return Geometry.GROUPED
+    if cls is OpClass.MATMUL:
+        out = view.values[node.outputs[0]].shape if node.outputs else None
+        return Geometry.THIN_PRODUCT if out and len(out) >= 2 and out[-2] <= THIN_ROWS else Geometry.PRODUCT
+    if cls is not OpClass.CONV:
+        return Geometry.OTHER
+    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
+    x, w = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)     # [N, Cin, ...], [Cout, Cin, k...]
+    if _strided(node, x, w, view.values[node.outputs[0]].shape if node.outputs else None):
+        return Geometry.STRIDED
+    if w and len(w) > 2 and w[1] < NARROW_CHANNELS:
+        return Geometry.NARROW
+    return Geometry.POINTWISE if w and len(w) > 2 and all(k == 1 for k in w[2:]) else Geometry.SPATIAL
+
+
+def _strided(node: Node, x: tuple[int, ...] | None, w: tuple[int, ...] | None, out: tuple[int, ...] | None) -> bool:
+    """ONNX says so in ``strides``; a torch op (no attributes) by an output smaller than even an
+    unpadded stride-1 window leaves."""
+    strides = node.attr("strides", None)
+    if isinstance(strides, (list, tuple)):
+        return any(int(s) > 1 for s in strides)
+    if not (x and w and out) or not len(x) == len(w) == len(out):
+        return False
+    return any(o < i - (k - 1) for i, o, k in zip(x[2:], out[2:], w[2:]))
 
 
 def _grouped(node: Node, op: str, view: GraphView) -> bool:
@@ -184,7 +269,8 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
                       in_bytes, out_bytes]),
             bits, [local_sync(plan) if r.device == HOST else 0.0],
             _mix(codes, [(idx, bits)], local_sync(plan) if r.device == HOST else 0.0),
-            np.log1p(codes.bins[idx].sum(axis=0))]))
+            np.log1p(codes.bins[idx].sum(axis=0)), _shares(codes, [(idx, bits)], codes.geometry, len(Geometry)),
+            _extent(codes, idx)]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
         here = device[owner[node.name]]
@@ -222,20 +308,34 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], bits_of: 
     flag_share /= host_flops + len(host) or 1.0
     return np.concatenate([np.log1p(per), np.log1p([len(plan.regions), accel_regions, hops, crossing]), [share],
                            flag_share, [local_sync(plan)], _mix(codes, host, local_sync(plan)),
-                           np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0))])
+                           np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0)),
+                           _shares(codes, host, codes.geometry, len(Geometry)),
+                           _extent(codes, [i for idx, _ in host for i in idx])])
+
+
+def _extent(codes: GraphCodes, idx: Sequence[int]) -> np.ndarray:
+    w = codes.flops[idx] * (codes.extent[idx, 0] > 0)
+    return (w @ codes.extent[idx]) / w.sum() if w.sum() > 0 else np.zeros(2)
 
 
 def _mix(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], sync: float) -> np.ndarray:
-    """``MIX_SCALARS`` over ``parts`` (each: node indices and the flag bits they compile with):
-    each op class's share of the parts' FLOPs, alone and under each flag."""
+    """``MIX_SCALARS`` over ``parts`` (each: node indices and the flag bits they compile with)."""
     total = sum(float(codes.flops[idx].sum()) for idx, _ in parts)
-    share = np.zeros(len(OpClass))
-    under = np.zeros((len(OpClass), len(FLAG_BITS)))
+    return np.concatenate([_shares(codes, parts, codes.op_class, len(OpClass)), [sync * math.log1p(total)]])
+
+
+def _shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], classes: np.ndarray,
+            count: int) -> np.ndarray:
+    """Each class's share of the parts' FLOPs (``classes``: per node, one of ``count``), alone
+    and under each flag."""
+    total = sum(float(codes.flops[idx].sum()) for idx, _ in parts)
+    share = np.zeros(count)
+    under = np.zeros((count, len(FLAG_BITS)))
     for idx, bits in parts:
-        per_class = np.bincount(codes.op_class[idx], weights=codes.flops[idx], minlength=len(OpClass)) / (total or 1.0)
+        per_class = np.bincount(classes[idx], weights=codes.flops[idx], minlength=count) / (total or 1.0)
         share += per_class
         under += np.outer(per_class, bits)
-    return np.concatenate([share, under.ravel(), [sync * math.log1p(total)]])
+    return np.concatenate([share, under.ravel()])
 
 
 def flag_bits(flags: tuple[str, ...] | None) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from aot.learn.features import FEATURE_VERSION, NODE_DIM, PLAN_DIM, REGION_DIM, GraphCodes, PlanShape, lane_time
+from aot.learn.features import FEATURE_VERSION, WIDTHS, GraphCodes, PlanShape, lane_time
 from aot.learn.neighbours import GraphEffects, finite, flag_rows, prior
 from aot.learn.trees import Forest, ModelFileError
 from aot.lower.flags import flag_key
@@ -97,6 +97,8 @@ class LearnedModel:
     # each real training graph's measured flag-set and runtime effects (neighbours.py)
     neighbours: tuple[GraphEffects, ...] = ()
     weights: ChoiceWeights = PREDICTION_ALONE
+    # The features it was fitted on: an older version reads the leading columns of today's vectors.
+    feature_version: int = FEATURE_VERSION
 
     def wins(self, key: tuple[str, ...]) -> int:
         return dict(self.tuner_wins).get(key, 0)
@@ -130,9 +132,9 @@ class LearnedModel:
         if not shapes:
             return np.zeros(0)
         if self.mode is Mode.PLAN:
-            return np.expm1(self.cost.raw(np.stack([s.plan for s in shapes])))
+            return np.expm1(self.cost.raw(np.stack([s.plan for s in shapes])[:, :self.cost.features]))
         stacked = np.concatenate([s.regions for s in shapes])
-        times = np.maximum(np.expm1(self.cost.raw(stacked)), 0.0)
+        times = np.maximum(np.expm1(self.cost.raw(stacked[:, :self.cost.features])), 0.0)
         out, at = [], 0
         for i, s in enumerate(shapes):
             n = len(s.names)
@@ -149,7 +151,7 @@ class LearnedModel:
     def accel_probability(self, nodes: np.ndarray) -> np.ndarray:
         if self.policy is None:
             raise ModelFileError("this learned model has no proposer", hint="retrain it with `aot learn train`")
-        return self.policy.probability(nodes)
+        return self.policy.probability(nodes[:, :self.policy.features])
 
     def mismatch(self, fingerprint: str) -> str | None:
         """Why this model does not apply to ``fingerprint``'s devices, or None when it does."""
@@ -158,7 +160,7 @@ class LearnedModel:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": MODEL_FORMAT, "model_version": MODEL_VERSION, "feature_version": FEATURE_VERSION,
+        return {"format": MODEL_FORMAT, "model_version": MODEL_VERSION, "feature_version": self.feature_version,
                 "mode": self.mode.value, "fingerprint": self.fingerprint, "training_set": self.training_set,
                 "versions": dict(self.versions), "summary": dict(self.summary),
                 "transfer": {"hop_us": self.hop_us, "us_per_byte": self.us_per_byte},
@@ -173,18 +175,20 @@ class LearnedModel:
         if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
             raise ModelFileError(f"{where} is not an aot learned model",
                                  hint="give the file `aot learn train` wrote, or retrain")
-        if data.get("model_version") != MODEL_VERSION or data.get("feature_version") != FEATURE_VERSION:
-            raise ModelFileError(f"{where} has model/feature version {data.get('model_version')}/"
-                                 f"{data.get('feature_version')}; this aot reads {MODEL_VERSION}/{FEATURE_VERSION}",
+        version = data.get("feature_version")
+        if data.get("model_version") != MODEL_VERSION or version not in WIDTHS:
+            raise ModelFileError(f"{where} has model/feature version {data.get('model_version')}/{version}; this "
+                                 f"aot reads {MODEL_VERSION}/{'-'.join(map(str, (min(WIDTHS), max(WIDTHS))))}",
                                  hint="retrain it with `aot learn train`")
         try:
             mode = Mode(data["mode"])
             cost = Forest.from_json(data["cost"], where)
             policy = Forest.from_json(data["policy"], where) if data.get("policy") else None
-            width = REGION_DIM if mode is Mode.REGIONS else PLAN_DIM
-            if cost.features != width or (policy is not None and policy.features != NODE_DIM):
+            widths = WIDTHS[version]
+            width = widths.region if mode is Mode.REGIONS else widths.plan
+            if cost.features != width or (policy is not None and policy.features != widths.node):
                 raise ValueError(f"feature widths {cost.features}/{policy and policy.features} do not match "
-                                 f"{width}/{NODE_DIM}")
+                                 f"version {version}'s {width}/{widths.node}")
             hop, per_byte = float(data["transfer"]["hop_us"]), float(data["transfer"]["us_per_byte"])
             if not (math.isfinite(hop) and math.isfinite(per_byte)):
                 raise ValueError("non-finite transfer cost")
@@ -193,7 +197,7 @@ class LearnedModel:
                        tuple((str(k), str(v)) for k, v in dict(data.get("summary") or {}).items()),
                        _tuner_wins(data.get("tuner_wins") or []), _flag_risk(data.get("flag_risk") or []),
                        tuple(GraphEffects.from_json(n) for n in data.get("neighbours") or []),
-                       _weights(data.get("choice_weights")))
+                       _weights(data.get("choice_weights")), version)
         except ModelFileError:
             raise
         except (KeyError, TypeError, ValueError) as e:

@@ -62,9 +62,9 @@ DECISIONS = (("O2", O2), ("O3", O3), ("data_tiling", DATA_TILING), ("ukernels", 
              ("threads", "--iree-llvmcpu-number-of-threads"), ("stack", STACK_128K.split("=")[0]))
 
 
-# Decisions the tuner offers that the learned model's features (FEATURE_VERSION 3) do not name
-# yet: a plan compiled with one would look to it like its base set, so its collection leaves
-# them out until the features (and every shipped model) are rebuilt with them in DECISIONS.
+# Decisions the tuner offers that the learned model's features do not name yet: a plan compiled
+# with one would look to it like its base set, so its collection leaves them out until a feature
+# version appends their bits (learn/features.WIDTHS: older models read the columns before them).
 UNLEARNED_DECISIONS = (("vector_256", VECTOR_256),)
 
 

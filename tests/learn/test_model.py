@@ -18,7 +18,8 @@ from aot.checks.compare import assert_close
 from aot.errors import AotError
 from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
-from aot.learn.features import PLAN_DIM, REGION_DIM, encode, node_features, shape_of
+from aot.learn.features import (GEOMETRY_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, Geometry, encode,
+                                node_features, shape_of)
 from aot.learn.model import BEFORE_WEIGHTS, PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
 from aot.learn.neighbours import GraphEffects
 from aot.learn.train import ModeChoice, fit
@@ -235,6 +236,75 @@ def test_features_ignore_names_and_see_devices():
     assert host.hops == 0 and split.hops == 2 and split.crossing_bytes > 0   # B.out and C.out into D on the host
     assert not np.array_equal(host.plan, split.plan)
     assert all(np.all(np.isfinite(s.regions)) and np.all(np.isfinite(s.plan)) for s in (host, split))
+
+
+def _geometry_graph():
+    """One node of each geometry, over a 32-channel feature map (and a 3-channel stem)."""
+    from aot.frontend.graph import GraphView, Node, Value
+
+    fmap, v = (1, 32, 16, 16), {}
+
+    def conv(name, x, w, side=16, op="Conv", **attrs):
+        v[f"{name}.w"] = Value(f"{name}.w", "float32", w)
+        v[f"{name}.out"] = Value(f"{name}.out", "float32", (1, w[0], side, side))
+        return Node(name, op, (x,), (f"{name}.out",), tuple(attrs.items()), (f"{name}.w",))
+
+    v["x"], v["rgb"] = Value("x", "float32", fmap), Value("rgb", "float32", (1, 3, 16, 16))
+    v["a"], v["row"], v["rows"] = (Value("a", "float32", (1, 32, 256)), Value("row", "float32", (1, 1, 256)),
+                                   Value("rows", "float32", (1, 64, 256)))
+    v["w"] = Value("w", "float32", (256, 256))
+    nodes = [conv("pointwise", "x", (32, 32, 1, 1)), conv("spatial", "x", (32, 32, 3, 3)),
+             conv("strided", "x", (32, 32, 3, 3), 8, strides=(2, 2)), conv("stem", "rgb", (32, 3, 3, 3)),
+             conv("torch_strided", "x", (32, 32, 3, 3), 8, "aten.conv2d"),   # no attributes: its shapes say so
+             conv("depthwise", "x", (32, 1, 3, 3), group=32),
+             Node("thin", "MatMul", ("row",), ("thin.out",), (), ("w",)),
+             Node("wide", "MatMul", ("rows",), ("wide.out",), (), ("w",)),
+             Node("relu", "Relu", ("x",), ("relu.out",))]
+    v["thin.out"], v["wide.out"] = Value("thin.out", "float32", (1, 1, 256)), Value("wide.out", "float32", (1, 64, 256))
+    v["relu.out"] = Value("relu.out", "float32", fmap)
+    return GraphView.build(nodes, ["x", "rgb", "row", "rows"], [n.outputs[0] for n in nodes], v)
+
+
+def test_each_geometry_is_told_apart_and_closes_the_vectors():
+    view = _geometry_graph()
+    codes = encode(view, None)
+    assert [Geometry(g) for g in codes.geometry] == [
+        Geometry.POINTWISE, Geometry.SPATIAL, Geometry.STRIDED, Geometry.NARROW, Geometry.STRIDED, Geometry.GROUPED,
+        Geometry.THIN_PRODUCT, Geometry.PRODUCT, Geometry.OTHER]
+    shape = shape_of(single_region_plan(view, HOST), view, codes)
+    block = shape.plan[-len(GEOMETRY_SCALARS):]
+    shares = block[:len(Geometry)]
+    assert np.all(np.isfinite(shape.plan)) and np.isclose(shares.sum(), 1.0)
+    assert np.allclose(shares, np.bincount(codes.geometry, weights=codes.flops, minlength=len(Geometry))
+                       / codes.flops.sum())
+    assert np.array_equal(shape.regions[0, -len(GEOMETRY_SCALARS):], block)
+    # The convolutions' FLOP-weighted log2 input channels and output pixels: between the stem's
+    # 3 channels and the feature map's 32, between 8 x 8 and 16 x 16 pixels.
+    channels, pixels = block[-2:]
+    assert np.log2(3) < channels < 5 and 6 < pixels < 8
+    # Version 4 only appended: version 3's vectors are today's without the geometry block.
+    assert (WIDTHS[3].plan, WIDTHS[3].region) == (PLAN_DIM - len(GEOMETRY_SCALARS), REGION_DIM - len(GEOMETRY_SCALARS))
+
+
+def test_a_model_of_the_previous_feature_version_reads_the_leading_columns(tmp_path):
+    old = WIDTHS[3]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(60, old.plan))
+    cost = from_sklearn(sklearn.GradientBoostingRegressor(n_estimators=5).fit(x, np.abs(x[:, 0]) + 1), x)
+    model = LearnedModel(Mode.PLAN, cost, 0.0, 0.0, None, "fp", "digest", (), feature_version=3)
+    view = _geometry_graph()
+    shape = shape_of(single_region_plan(view, HOST), view, encode(view, None))
+    again = LearnedModel.load(model.save(tmp_path / "v3.json"))
+    assert again.feature_version == 3 and json.loads((tmp_path / "v3.json").read_text())["feature_version"] == 3
+    predicted = again.plans_us([shape])
+    assert np.all(np.isfinite(predicted))
+    assert predicted[0] == pytest.approx(float(np.expm1(cost.raw(shape.plan[None, :old.plan]))[0]))
+    # A version-3 file with today's width is damaged, not old: refused.
+    data = json.loads((tmp_path / "v3.json").read_text())
+    data["cost"]["features"] = PLAN_DIM
+    (tmp_path / "wide.json").write_text(json.dumps(data))
+    with pytest.raises(ModelFileError, match="version 3"):
+        LearnedModel.load(tmp_path / "wide.json")
 
 
 @pytest.mark.slow    # builds a synthetic database (partitions every candidate) and fits several forests
