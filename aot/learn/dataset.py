@@ -3,7 +3,9 @@
 A graph's rows are rebuilt against the model they were measured on (loaded with the same build
 options, so the nodes match the stored plans); a row whose plan no longer fits its model (the
 front end changed) is skipped and counted, never guessed at. Rows of one key are one plan: its
-time is their median (the database's own rule, ``CostDatabase.lookup``).
+time is their median (the database's own rule, ``CostDatabase.lookup``). A plan measured again
+under a new key (a lowering's version in the key changed: the module it compiles is another) is
+the new key's rows alone: the older ones timed a module no build makes any more.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
         view = planned.view
         codes = encode(view, opts.accel.backend if opts.accel else None)
         plans = []
-        for key, rows in _by_key(measured).items():
+        for key, rows in _by_key(_latest_key_per_plan(measured)).items():
             stored = [(r, stored_plan(r.plan, view)) for r in rows]
             fitting = [(r, p) for r, p in stored if not isinstance(p, str)]
             if not fitting:
@@ -123,6 +125,13 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
                                     node_features(view, codes), tuple(plans)))
             progress(f"learn  {model}: {len(plans)} plan(s), {sum(p.rows for p in plans)} row(s)")
     return Dataset(tuple(graphs), fingerprint, tuple(skipped))
+
+
+def _latest_key_per_plan(rows: list[costdb.Measurement]) -> list[costdb.Measurement]:
+    """The rows of each stored plan under the key it was last measured with (``rows`` in the
+    order the database appended them)."""
+    last = {r.plan: r.key for r in rows}
+    return [r for r in rows if last[r.plan] == r.key]
 
 
 def _by_key(rows: list[costdb.Measurement]) -> dict[str, list[costdb.Measurement]]:

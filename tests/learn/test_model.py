@@ -329,6 +329,28 @@ def test_train_fits_both_modes_and_eval_holds_out_only_real_models(synthetic_db)
     assert "always all-host" in evaluate.render(result)
 
 
+@pytest.mark.slow    # builds the synthetic database
+def test_a_plan_measured_again_under_a_new_key_is_its_new_rows_alone(synthetic_db, tmp_path):
+    """After a lowering's version in the key changes, `collect` measures the same plan again
+    under its new key: the older rows timed another module and no longer count."""
+    import shutil
+
+    from aot.learn import db as costdb
+
+    database = tmp_path / "costs.sqlite"
+    shutil.copy(synthetic_db[0], database)
+    before = load_dataset(database, synthetic.VULKAN)
+    with costdb.CostDatabase(database) as db:
+        first = db.rows()[0]
+        db.add(dataclasses.replace(first, key=first.key + "-relowered", total_us=first.total_us * 7))
+    after = load_dataset(database, synthetic.VULKAN)
+    counts = [len(g.plans) for g in before.graphs]
+    assert [len(g.plans) for g in after.graphs] == counts
+    (plan,) = [p for g in after.graphs for p in g.plans if p.key == first.key + "-relowered"]
+    assert plan.total_us == pytest.approx(first.total_us * 7) and np.isfinite(plan.total_us)
+    assert not any(p.key == first.key for g in after.graphs for p in g.plans)
+
+
 def test_training_data_errors_name_the_file(tmp_path):
     with pytest.raises(AotError, match=r"no cost database at .*nothing\.sqlite") as e:
         load_dataset(tmp_path / "nothing.sqlite", synthetic.VULKAN)
