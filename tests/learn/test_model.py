@@ -274,9 +274,10 @@ def test_each_geometry_is_told_apart_and_closes_the_vectors():
     shape = shape_of(single_region_plan(view, HOST), view, codes)
     block = shape.plan[-len(GEOMETRY_SCALARS):]
     shares = block[:len(Geometry)]
-    assert np.all(np.isfinite(shape.plan)) and np.isclose(shares.sum(), 1.0)
-    assert np.allclose(shares, np.bincount(codes.geometry, weights=codes.flops, minlength=len(Geometry))
-                       / codes.flops.sum())
+    assert np.all(np.isfinite(shape.plan))
+    assert_close(np.array([shares.sum()]), np.array([1.0]), rtol=1e-12, atol=1e-12)
+    assert_close(shares, np.bincount(codes.geometry, weights=codes.flops, minlength=len(Geometry)) / codes.flops.sum(),
+                 rtol=1e-12, atol=1e-12)
     assert np.array_equal(shape.regions[0, -len(GEOMETRY_SCALARS):], block)
     # The convolutions' FLOP-weighted log2 input channels and output pixels: between the stem's
     # 3 channels and the feature map's 32, between 8 x 8 and 16 x 16 pixels.
