@@ -176,6 +176,7 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
 
 
 def extent(node: Node, view: GraphView) -> tuple[float, float]:
+    """A convolution's log2 input channels and output pixels (0, 0 for any other node)."""
     if not is_convolution(node) or not node.inputs or not node.outputs:
         return (0.0, 0.0)
     x, out = view.values[node.inputs[0]].shape, view.values[node.outputs[0]].shape
@@ -192,6 +193,7 @@ def op_class(node: Node, view: GraphView) -> OpClass:
 
 
 def geometry(node: Node, view: GraphView) -> Geometry:
+    """The node's shape class (``Geometry``); a stride decides before the channels and the kernel."""
     cls = op_class(node, view)
     if cls is OpClass.GROUPED_CONV:
         return Geometry.GROUPED

@@ -29,8 +29,10 @@ The set packs a **max pooling** like a convolution too: its input padded, then p
 that cost more than the pooling itself (MTCNN-ONet, ResNet-50's stem). Written as an
 elementwise maximum of the window's slices (``max_pool_body``), which packs nothing.
 
-Modules compiled with other flags are left as they are: channels-last and im2col have their own
-forms for these convolutions. ``module_text`` is the one place a region's text meets its flags,
+Modules compiled with other flags are left as they are (channels-last and im2col have their own
+forms for these convolutions), but for the strided pointwise ones of a channels-last module, which
+IREE 3.13's conversion leaves a reduction it runs at a few GFLOP/s: those get the form above
+(``strided_pointwise_body``). ``module_text`` is the one place a region's text meets its flags,
 for every compile of it (the build, the tuner, the memory and dispatch statistics, replays).
 """
 
@@ -87,8 +89,9 @@ def _channels_last(target: Target, opt: tuple[str, ...] | None) -> bool:
 
 
 def key_tag(target: Target, opt: tuple[str, ...] | None) -> tuple[str, ...]:
-    """What a learned-database key adds for a region compiled this way (nothing elsewhere, so no
-    other row's key changes)."""
+    """What a learned-database key adds for a region compiled this way: the rewrites' version for
+    the data-tiled-conv and channels-last sets, nothing for any other (so no other row's key
+    changes)."""
     if _channels_last(target, opt):
         return (f"channels-last strided pointwise {CHANNELS_LAST_REWRITE_VERSION}",)
     return (f"packed-conv {PACKED_CONV_VERSION}",) if applies(target, opt) else ()

@@ -250,8 +250,7 @@ def _geometry_graph():
         return Node(name, op, (x,), (f"{name}.out",), tuple(attrs.items()), (f"{name}.w",))
 
     v["x"], v["rgb"] = Value("x", "float32", fmap), Value("rgb", "float32", (1, 3, 16, 16))
-    v["a"], v["row"], v["rows"] = (Value("a", "float32", (1, 32, 256)), Value("row", "float32", (1, 1, 256)),
-                                   Value("rows", "float32", (1, 64, 256)))
+    v["row"], v["rows"] = Value("row", "float32", (1, 1, 256)), Value("rows", "float32", (1, 64, 256))
     v["w"] = Value("w", "float32", (256, 256))
     nodes = [conv("pointwise", "x", (32, 32, 1, 1)), conv("spatial", "x", (32, 32, 3, 3)),
              conv("strided", "x", (32, 32, 3, 3), 8, strides=(2, 2)), conv("stem", "rgb", (32, 3, 3, 3)),

@@ -2,8 +2,8 @@
 kernel or few input channels, and max poolings are rewritten for IREE's data-tiled convolutions
 (``lower/packed_conv.py``), only in modules compiled with them: which ops match, that other flags
 leave the text alone (but for the strided pointwise convolutions of a channels-last module), and
-that a host build pinned to the data-tiled-conv set gives onnxruntime's values with all four
-rewrites in its module."""
+that host builds pinned to the data-tiled-conv set (all four rewrites in its module) and to the
+channels-last one give onnxruntime's values."""
 
 from __future__ import annotations
 
