@@ -177,7 +177,8 @@ def _corners() -> onnx.ModelProto:
 
 
 def _pinned_corners(tmp_path, flags: tuple[str, ...]):
-    """The corner cases built on the host with their one region pinned to ``flags``."""
+    """The corner cases built on the host with their one region pinned to ``flags``: the model's
+    path, the build, its region's text and the text those flags compile."""
     from aot import api
     from aot.options import BuildOptions
 
@@ -191,7 +192,8 @@ def _pinned_corners(tmp_path, flags: tuple[str, ...]):
     built = api.build(path, tmp_path / "pinned", BuildOptions(accel=None, plan_file=tmp_path / "plan.json"))
     (entry,) = built.bundle.manifest.regions
     assert tuple(entry.flags) == flags
-    return path, built
+    text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_text()
+    return path, built, text, packed_conv.module_text(Target.host(), text.encode(), flags).decode()
 
 
 def _matches_onnxruntime(path, built) -> None:
@@ -208,23 +210,19 @@ def _matches_onnxruntime(path, built) -> None:
 
 @pytest.mark.device
 def test_a_build_pinned_to_data_tiled_convolutions_gives_onnxruntimes_values(tmp_path):
-    path, built = _pinned_corners(tmp_path, DATA_TILED_CONV)
+    path, built, text, compiled = _pinned_corners(tmp_path, DATA_TILED_CONV)
     # the module holds the rewrites: one convolution is left of the seven, and it is the 3x3 over
     # 16 channels; the stem is a convolution over blocks, the others are matmuls (three over taps);
     # no pooling is left
-    text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_bytes()
-    compiled = packed_conv.module_text(Target.host(), text, DATA_TILED_CONV).decode()
     assert compiled.count('"onnx.Conv"') == 1 and compiled.count("linalg.matmul") == 5
     assert compiled.count("linalg.conv_2d_nchw_fchw") == 1 and compiled.count("tensor.concat") == 3
-    assert '"onnx.MaxPool"' in text.decode() and '"onnx.MaxPool"' not in compiled
+    assert '"onnx.MaxPool"' in text and '"onnx.MaxPool"' not in compiled
     _matches_onnxruntime(path, built)
 
 
 @pytest.mark.device
 def test_a_build_pinned_to_channels_last_gives_onnxruntimes_values(tmp_path):
-    path, built = _pinned_corners(tmp_path, CHANNELS_LAST_SET)
-    text = (built.bundle.path.parent / "build" / "regions" / "built" / "r0.mlir").read_bytes()
-    compiled = packed_conv.module_text(Target.host(), text, CHANNELS_LAST_SET).decode()
+    path, built, _, compiled = _pinned_corners(tmp_path, CHANNELS_LAST_SET)
     # the strided projection alone is a product; the six others stay convolutions
     assert compiled.count('"onnx.Conv"') == 6 and compiled.count("linalg.matmul") == 1
     _matches_onnxruntime(path, built)
