@@ -7,7 +7,9 @@ into ``BUCKETS`` bins. A region is the histogram of its nodes' bins plus its FLO
 counts and boundary bytes, and what its flags compile: each op class's FLOP share, alone and
 under each flag (``MIX_SCALARS``); a plan (``Mode.PLAN`` models) the same per device plus the
 global figures: regions, transfers and the bytes crossing devices. From version 4, the same shares
-per ``Geometry`` (the convolution's or product's shape class) close each vector. All numbers go
+per ``Geometry`` (the convolution's or product's shape class) follow; from version 5, the bits of
+the decisions named later (``LATE_DECISIONS``: 256-bit code on an AVX-512 host) and each
+geometry's share under them close each vector. All numbers go
 through ``log1p`` so a tree splits on orders of magnitude. Pure numpy and networkx: a build
 evaluates these with no learning library installed.
 
@@ -31,12 +33,12 @@ import numpy as np
 from aot.frontend.graph import GraphView, Node
 from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
 from aot.learn.key import compiled_flags
-from aot.lower.flags import DECISIONS
+from aot.lower.flags import DECISIONS, LATE_DECISIONS
 from aot.partition.cost import is_convolution, node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, SupportTable, label
 
-FEATURE_VERSION = 4     # bump when columns are appended below (never moved or removed): see WIDTHS
+FEATURE_VERSION = 5     # bump when columns are appended below (never moved or removed): see WIDTHS
 BUCKETS = 64
 WL_ITERATIONS = 2
 # What a region's compile flags decide, one bit each (lower/flags.py owns the spellings). Regions
@@ -95,8 +97,13 @@ THIN_ROWS = 16
 GEOMETRY_SCALARS = (*(f"geometry_{g.name.lower()}" for g in Geometry),
                     *(f"geometry_{g.name.lower()}_{name}" for g in Geometry for name, _ in FLAG_BITS),
                     "conv_log_channels", "conv_log_pixels")
-REGION_DIM = len(REGION_SCALARS) + BUCKETS + len(GEOMETRY_SCALARS)
-PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + len(GEOMETRY_SCALARS)
+# Appended in version 5: each later decision's bit (a region) or host FLOP share (a plan), and
+# each geometry's FLOP share under it.
+LATE_BITS = LATE_DECISIONS
+LATE_SCALARS = (*(f"flag_{name}" for name, _ in LATE_BITS),
+                *(f"geometry_{g.name.lower()}_{name}" for g in Geometry for name, _ in LATE_BITS))
+REGION_DIM = len(REGION_SCALARS) + BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS)
+PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS)
 NODE_DIM = len(NODE_SCALARS) + BUCKETS
 
 
@@ -109,8 +116,13 @@ class Widths:
     node: int
 
 
-WIDTHS = {3: Widths(REGION_DIM - len(GEOMETRY_SCALARS), PLAN_DIM - len(GEOMETRY_SCALARS), NODE_DIM),
-          FEATURE_VERSION: Widths(REGION_DIM, PLAN_DIM, NODE_DIM)}
+def _widths(appended: int) -> Widths:
+    """The widths before the last ``appended`` columns of each plan and region vector."""
+    return Widths(REGION_DIM - appended, PLAN_DIM - appended, NODE_DIM)
+
+
+WIDTHS = {3: _widths(len(GEOMETRY_SCALARS) + len(LATE_SCALARS)), 4: _widths(len(LATE_SCALARS)),
+          FEATURE_VERSION: _widths(0)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +268,9 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
     edges = region_edges(plan, view)
     waits = {r: tuple(sorted(p for p, cs in edges.items() if r in cs)) for r in plan.schedule}
     # A host region left to the defaults: the flags it compiles with (only then is what it holds read).
-    bits_of = {r.name: flag_bits(compiled_flags(view, r) if r.device == HOST else r.flags) for r in plan.regions}
+    compiled = {r.name: compiled_flags(view, r) if r.device == HOST else r.flags for r in plan.regions}
+    bits_of = {name: flag_bits(flags) for name, flags in compiled.items()}
+    late_of = {name: flag_bits(flags, LATE_BITS) for name, flags in compiled.items()}
     rows = []
     for name in plan.schedule:
         r = plan.region(name)
@@ -272,7 +286,7 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             bits, [local_sync(plan) if r.device == HOST else 0.0],
             _mix(codes, [(idx, bits)], local_sync(plan) if r.device == HOST else 0.0),
             np.log1p(codes.bins[idx].sum(axis=0)), _shares(codes, [(idx, bits)], codes.geometry, len(Geometry)),
-            _extent(codes, idx)]))
+            _extent(codes, idx), late_of[r.name], _late_shares(codes, [(idx, late_of[r.name])])]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
         here = device[owner[node.name]]
@@ -287,11 +301,11 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             crossings.add((v, HOST.value))
     crossing = float(sum(view.values[v].nbytes or 0 for v, _ in crossings))
     return PlanShape(tuple(plan.schedule), device, waits, np.array(rows).reshape(len(rows), REGION_DIM),
-                     len(crossings), crossing, _plan_vector(plan, codes, at, bits_of, len(crossings), crossing))
+                     len(crossings), crossing, _plan_vector(plan, codes, at, bits_of, late_of, len(crossings), crossing))
 
 
 def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], bits_of: Mapping[str, np.ndarray],
-                 hops: int, crossing: float) -> np.ndarray:
+                 late_of: Mapping[str, np.ndarray], hops: int, crossing: float) -> np.ndarray:
     on = {ACCEL: [at[n] for r in plan.regions if r.device == ACCEL for n in r.nodes],
           HOST: [at[n] for r in plan.regions if r.device == HOST for n in r.nodes]}
     total = float(codes.flops.sum())
@@ -303,16 +317,28 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], bits_of: 
     share = float(codes.flops[on[ACCEL]].sum()) / total if total > 0 else len(on[ACCEL]) / max(len(codes.names), 1)
     host_flops = codes.flops[on[HOST]].sum()
     host = [([at[n] for n in r.nodes], bits_of[r.name]) for r in plan.regions if r.device == HOST]
-    flag_share = np.zeros(len(FLAG_BITS))
-    for idx, bits in host:
-        # FLOP-weighted, plus one per region so a region of no FLOPs still counts a little.
-        flag_share += bits * (codes.flops[idx].sum() + 1.0)
-    flag_share /= host_flops + len(host) or 1.0
+    late = [([at[n] for n in r.nodes], late_of[r.name]) for r in plan.regions if r.device == HOST]
     return np.concatenate([np.log1p(per), np.log1p([len(plan.regions), accel_regions, hops, crossing]), [share],
-                           flag_share, [local_sync(plan)], _mix(codes, host, local_sync(plan)),
+                           _flag_share(codes, host, host_flops), [local_sync(plan)], _mix(codes, host, local_sync(plan)),
                            np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0)),
                            _shares(codes, host, codes.geometry, len(Geometry)),
-                           _extent(codes, [i for idx, _ in host for i in idx])])
+                           _extent(codes, [i for idx, _ in host for i in idx]),
+                           _flag_share(codes, late, host_flops, len(LATE_BITS)), _late_shares(codes, late)])
+
+
+def _flag_share(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], flops: float,
+                decisions: int = len(FLAG_BITS)) -> np.ndarray:
+    """Each of the ``decisions`` flag bits' share of ``flops`` (the parts' total): FLOP-weighted,
+    plus one per part so a region of no FLOPs still counts a little."""
+    share = np.zeros(decisions)
+    for idx, bits in parts:
+        share += bits * (codes.flops[idx].sum() + 1.0)
+    return share / (flops + len(parts) or 1.0)
+
+
+def _late_shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]]) -> np.ndarray:
+    """Each geometry's FLOP share under each ``LATE_BITS`` decision."""
+    return _shares(codes, parts, codes.geometry, len(Geometry), len(LATE_BITS))[len(Geometry):]
 
 
 def _extent(codes: GraphCodes, idx: Sequence[int]) -> np.ndarray:
@@ -327,12 +353,12 @@ def _mix(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], s
 
 
 def _shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], classes: np.ndarray,
-            count: int) -> np.ndarray:
+            count: int, decisions: int = len(FLAG_BITS)) -> np.ndarray:
     """Each class's share of the parts' FLOPs (``classes``: per node, one of ``count``), alone
-    and under each flag."""
+    and under each of the ``decisions`` flag bits the parts carry."""
     total = sum(float(codes.flops[idx].sum()) for idx, _ in parts)
     share = np.zeros(count)
-    under = np.zeros((count, len(FLAG_BITS)))
+    under = np.zeros((count, decisions))
     for idx, bits in parts:
         per_class = np.bincount(classes[idx], weights=codes.flops[idx], minlength=count) / (total or 1.0)
         share += per_class
@@ -340,10 +366,11 @@ def _shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]]
     return np.concatenate([share, under.ravel()])
 
 
-def flag_bits(flags: tuple[str, ...] | None) -> np.ndarray:
-    """One bit per ``FLAG_BITS`` entry: the region's flags hold it (None: an accelerator region's
+def flag_bits(flags: tuple[str, ...] | None,
+              decisions: Sequence[tuple[str, str]] = FLAG_BITS) -> np.ndarray:
+    """One bit per ``decisions`` entry: the region's flags hold it (None: an accelerator region's
     defaults, none of these llvm-cpu decisions)."""
-    return np.array([float(any(f.startswith(prefix) for f in flags or ())) for _, prefix in FLAG_BITS])
+    return np.array([float(any(f.startswith(prefix) for f in flags or ())) for _, prefix in decisions])
 
 
 def local_sync(plan: Plan) -> float:

@@ -62,10 +62,13 @@ DECISIONS = (("O2", O2), ("O3", O3), ("data_tiling", DATA_TILING), ("ukernels", 
              ("threads", "--iree-llvmcpu-number-of-threads"), ("stack", STACK_128K.split("=")[0]))
 
 
-# Decisions the tuner offers that the learned model's features do not name yet: a plan compiled
-# with one would look to it like its base set, so its collection leaves them out until a feature
-# version appends their bits (learn/features.WIDTHS: older models read the columns before them).
-UNLEARNED_DECISIONS = (("vector_256", VECTOR_256),)
+# Decisions the learned model's features name from version 5 on, in columns appended after the
+# older ones (learn/features.WIDTHS: a model of an older version reads the columns before them).
+LATE_DECISIONS = (("vector_256", VECTOR_256),)
+# Decisions the tuner offers that the features do not name yet: a plan compiled with one would
+# look to the model like its base set, so its collection leaves them out until a feature version
+# appends their bits (as version 5 did for ``LATE_DECISIONS``). None today.
+UNLEARNED_DECISIONS: tuple[tuple[str, str], ...] = ()
 
 
 def threads(cores: int) -> str:

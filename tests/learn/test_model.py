@@ -18,8 +18,9 @@ from aot.checks.compare import assert_close
 from aot.errors import AotError
 from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
-from aot.learn.features import (GEOMETRY_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, Geometry, encode,
+from aot.learn.features import (GEOMETRY_SCALARS, LATE_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, Geometry, encode,
                                 node_features, shape_of)
+from aot.lower.flags import DATA_TILING, VECTOR_256
 from aot.learn.model import BEFORE_WEIGHTS, PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
 from aot.learn.neighbours import GraphEffects
 from aot.learn.train import ModeChoice, fit
@@ -270,20 +271,31 @@ def test_each_geometry_is_told_apart_and_closes_the_vectors():
     assert [Geometry(g) for g in codes.geometry] == [
         Geometry.POINTWISE, Geometry.SPATIAL, Geometry.STRIDED, Geometry.NARROW, Geometry.STRIDED, Geometry.GROUPED,
         Geometry.THIN_PRODUCT, Geometry.PRODUCT, Geometry.OTHER]
-    shape = shape_of(single_region_plan(view, HOST), view, codes)
-    block = shape.plan[-len(GEOMETRY_SCALARS):]
+    plan = single_region_plan(view, HOST)
+    shape = shape_of(plan, view, codes)
+    v4 = WIDTHS[4]
+    block = shape.plan[v4.plan - len(GEOMETRY_SCALARS):v4.plan]
     shares = block[:len(Geometry)]
     assert np.all(np.isfinite(shape.plan))
     assert_close(np.array([shares.sum()]), np.array([1.0]), rtol=1e-12, atol=1e-12)
     assert_close(shares, np.bincount(codes.geometry, weights=codes.flops, minlength=len(Geometry)) / codes.flops.sum(),
                  rtol=1e-12, atol=1e-12)
-    assert np.array_equal(shape.regions[0, -len(GEOMETRY_SCALARS):], block)
+    assert np.array_equal(shape.regions[0, v4.region - len(GEOMETRY_SCALARS):v4.region], block)
     # The convolutions' FLOP-weighted log2 input channels and output pixels: between the stem's
     # 3 channels and the feature map's 32, between 8 x 8 and 16 x 16 pixels.
     channels, pixels = block[-2:]
     assert np.log2(3) < channels < 5 and 6 < pixels < 8
-    # Version 4 only appended: version 3's vectors are today's without the geometry block.
-    assert (WIDTHS[3].plan, WIDTHS[3].region) == (PLAN_DIM - len(GEOMETRY_SCALARS), REGION_DIM - len(GEOMETRY_SCALARS))
+    # Versions only append: version 3's vectors are version 4's without the geometry block.
+    assert (WIDTHS[3].plan, WIDTHS[3].region) == (v4.plan - len(GEOMETRY_SCALARS), v4.region - len(GEOMETRY_SCALARS))
+    # Version 5's columns: the 256-bit decision, off here; on, its bit and each geometry's share
+    # under it (the shares above), in the region and the plan alike.
+    assert not shape.plan[v4.plan:].any() and not shape.regions[0, v4.region:].any()
+    wide = shape_of(dataclasses.replace(plan, regions=tuple(dataclasses.replace(r, flags=(DATA_TILING, VECTOR_256))
+                                                              for r in plan.regions)), view, codes)
+    assert wide.regions[0, v4.region] == 1.0 and 0.99 < wide.plan[v4.plan] <= 1.0
+    assert_close(wide.regions[0, v4.region + 1:], shares, rtol=1e-12, atol=1e-12)
+    assert_close(wide.plan[v4.plan + 1:], shares, rtol=1e-12, atol=1e-12)
+    assert (PLAN_DIM, REGION_DIM) == (v4.plan + len(LATE_SCALARS), v4.region + len(LATE_SCALARS))
 
 
 def test_a_model_of_the_previous_feature_version_reads_the_leading_columns(tmp_path):
