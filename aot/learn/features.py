@@ -20,7 +20,6 @@ invalidate another's whose database is elsewhere.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import math
@@ -30,11 +29,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aot.frontend.graph import GraphView, Node
-from aot.frontend.torch.ops import ATTENTION, ONNX_EQUIVALENT
+from aot.frontend.graph import GraphView
+from aot.learn.geometry import Geometry, OpClass, extent, geometry, op_class
 from aot.learn.key import compiled_flags
 from aot.lower.flags import DECISIONS, LATE_DECISIONS
-from aot.partition.cost import is_convolution, node_bytes, node_flops
+from aot.partition.cost import node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, SupportTable, label
 
@@ -48,19 +47,6 @@ FLAG_BITS = DECISIONS
 RUNTIME_SCALARS = ("local_sync",)
 
 
-class OpClass(enum.IntEnum):
-    """What a flag acts on: data tiling, im2col and channels-last change convolutions and matmuls,
-    and each kind differently. The hashed WL bins mix op types; these name them."""
-
-    CONV = 0
-    GROUPED_CONV = 1     # depthwise and other grouped convolutions (lowered channels-last on the host)
-    MATMUL = 2
-    OTHER = 3
-
-
-# In ONNX's vocabulary: a torch op is read as the ONNX op it computes like (``ONNX_EQUIVALENT``,
-# as ``partition/cost.node_flops`` reads it).
-_MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum", "Attention", ATTENTION})
 # Per op class, its FLOP share and that share under each flag (a flag's effect depends on what it
 # compiles), and local-sync against the work's size (it wins on small models, loses on big ones).
 MIX_SCALARS = (*(f"share_{c.name.lower()}" for c in OpClass),
@@ -72,27 +58,6 @@ PLAN_SCALARS = ("host_flops", "host_bytes", "host_nodes", "accel_flops", "accel_
                 "regions", "accel_regions", "hops", "crossing_bytes", "accel_flop_share",
                 *(f"host_share_{name}" for name, _ in FLAG_BITS), *RUNTIME_SCALARS, *MIX_SCALARS)
 NODE_SCALARS = ("accel_ok", "compute", "flops", "bytes", "graph_flops", "flop_share", "fanin", "fanout")
-
-
-class Geometry(enum.IntEnum):
-    """Finer than ``OpClass``: the shapes each flag set lowers differently. im2col, channels-last
-    and data-tiled convolutions each turn 1 x 1, k x k, strided, stem and grouped convolutions
-    into other loops, and data tiling pays on wide products and costs on thin ones (one row: a
-    recurrent step, a vector through a classifier). Version 3 saw the op classes alone and could
-    not tell the CNNs where channels-last won from those where it lost."""
-
-    POINTWISE = 0        # a 1 x 1 convolution at stride 1
-    SPATIAL = 1          # a k x k convolution at stride 1 over at least NARROW_CHANNELS input channels
-    STRIDED = 2          # a convolution at stride > 1
-    NARROW = 3           # a convolution over fewer than NARROW_CHANNELS input channels (a stem)
-    GROUPED = 4          # depthwise and other grouped convolutions
-    THIN_PRODUCT = 5     # a matrix product of at most THIN_ROWS rows
-    PRODUCT = 6
-    OTHER = 7
-
-
-NARROW_CHANNELS = 16
-THIN_ROWS = 16
 # Appended in version 4: each geometry's FLOP share, alone and under each flag.
 GEOMETRY_SCALARS = (*(f"geometry_{g.name.lower()}" for g in Geometry),
                     *(f"geometry_{g.name.lower()}_{name}" for g in Geometry for name, _ in FLAG_BITS),
@@ -185,65 +150,6 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
                       np.array([op_class(n, view) for n in view.nodes], dtype=np.int64), bins,
                       np.array([geometry(n, view) for n in view.nodes], dtype=np.int64),
                       np.array([extent(n, view) for n in view.nodes], dtype=np.float64).reshape(len(names), 2))
-
-
-def extent(node: Node, view: GraphView) -> tuple[float, float]:
-    """A convolution's log2 input channels and output pixels (0, 0 for any other node)."""
-    if not is_convolution(node) or not node.inputs or not node.outputs:
-        return (0.0, 0.0)
-    x, out = view.values[node.inputs[0]].shape, view.values[node.outputs[0]].shape
-    if not x or not out or len(x) < 3 or len(out) < 3:
-        return (0.0, 0.0)
-    return (math.log2(max(x[1], 1)), math.log2(max(math.prod(out[2:]), 1)))
-
-
-def op_class(node: Node, view: GraphView) -> OpClass:
-    op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
-    if is_convolution(node):
-        return OpClass.GROUPED_CONV if _grouped(node, op, view) else OpClass.CONV
-    return OpClass.MATMUL if op in _MATMUL_OPS else OpClass.OTHER
-
-
-def geometry(node: Node, view: GraphView) -> Geometry:
-    """The node's shape class (``Geometry``); a stride decides before the channels and the kernel."""
-    cls = op_class(node, view)
-    if cls is OpClass.GROUPED_CONV:
-        return Geometry.GROUPED
-    if cls is OpClass.MATMUL:
-        out = view.values[node.outputs[0]].shape if node.outputs else None
-        return Geometry.THIN_PRODUCT if out and len(out) >= 2 and out[-2] <= THIN_ROWS else Geometry.PRODUCT
-    if cls is not OpClass.CONV:
-        return Geometry.OTHER
-    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
-    x, w = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)     # [N, Cin, ...], [Cout, Cin, k...]
-    if _strided(node, x, w, view.values[node.outputs[0]].shape if node.outputs else None):
-        return Geometry.STRIDED
-    if w and len(w) > 2 and w[1] < NARROW_CHANNELS:
-        return Geometry.NARROW
-    return Geometry.POINTWISE if w and len(w) > 2 and all(k == 1 for k in w[2:]) else Geometry.SPATIAL
-
-
-def _strided(node: Node, x: tuple[int, ...] | None, w: tuple[int, ...] | None, out: tuple[int, ...] | None) -> bool:
-    """ONNX says so in ``strides``; a torch op (no attributes) by an output smaller than even an
-    unpadded stride-1 window leaves."""
-    strides = node.attr("strides", None)
-    if isinstance(strides, (list, tuple)):
-        return any(int(s) > 1 for s in strides)
-    if not (x and w and out) or not len(x) == len(w) == len(out):
-        return False
-    return any(o < i - (k - 1) for i, o, k in zip(x[2:], out[2:], w[2:]))
-
-
-def _grouped(node: Node, op: str, view: GraphView) -> bool:
-    """A ``group`` attribute over 1, or (any front end) weights [Cout, Cin/group, k...] that see
-    fewer channels than the input [N, Cin, ...] has (a transposed convolution's weights are
-    [Cin, Cout/group, k...]: its attribute alone decides)."""
-    group = node.attr("group", 1)
-    if isinstance(group, int) and group > 1:
-        return True
-    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
-    x, w = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)
-    return bool(x and w and len(x) > 1 and len(w) > 1 and op != "ConvTranspose" and w[1] < x[1])
 
 
 @dataclass(frozen=True, slots=True)

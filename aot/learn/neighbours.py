@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import numpy as np
 
-from aot.learn.features import GraphCodes, OpClass, local_sync
+from aot.learn.features import GraphCodes, local_sync
+from aot.learn.geometry import OpClass
 from aot.lower.flags import flag_key
 from aot.partition.plan import Plan
 

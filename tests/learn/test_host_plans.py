@@ -132,7 +132,7 @@ def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
 
 def test_op_classes_tell_grouped_convolutions_and_matmuls_apart_in_either_front_ends_words():
     from aot.frontend.graph import GraphView, Node, Value
-    from aot.learn.features import OpClass, op_class
+    from aot.learn.geometry import OpClass, op_class
 
     def classify(op, weights=(32, 32, 3, 3), **attrs):
         node = Node("n", op, ("x",), ("y",), tuple(attrs.items()), const_inputs=("w",))

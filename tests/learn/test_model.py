@@ -18,8 +18,9 @@ from aot.checks.compare import assert_close
 from aot.errors import AotError
 from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
-from aot.learn.features import (GEOMETRY_SCALARS, LATE_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, Geometry, encode,
-                                node_features, shape_of)
+from aot.learn.features import (GEOMETRY_SCALARS, LATE_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, encode, node_features,
+                                shape_of)
+from aot.learn.geometry import Geometry
 from aot.lower.flags import DATA_TILING, VECTOR_256
 from aot.learn.model import BEFORE_WEIGHTS, PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
 from aot.learn.neighbours import GraphEffects
