@@ -35,6 +35,7 @@ from onnx import helper, numpy_helper
 
 from aot.frontend.conv_rewrite import Constants, Replacement, StaticShapes, rewrite_each
 from aot.frontend.expand import Expanded
+from aot.frontend.fold import referenced
 from aot.frontend.legalize.base import Emitter
 from aot.frontend.passes import PassResult, run_sequence
 
@@ -57,7 +58,7 @@ def unroll_recurrences(model: onnx.ModelProto) -> PassResult:
     result = rewrite_each(model, _rewrite)
     if result.changed:
         g = result.model.graph
-        read = {v for n in g.node for v in n.input} | {v.name for v in g.output}
+        read = referenced(g.node) | {v.name for v in g.output}     # a branch's reads count too
         replaced = {v for n in model.graph.node if n.op_type in CELLS for v in n.input}
         kept = [t for t in g.initializer if t.name in read or t.name not in replaced]
         del g.initializer[:]

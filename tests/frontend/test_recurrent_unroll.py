@@ -134,6 +134,21 @@ def test_a_constant_zero_initial_state_is_no_state():
         assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_a_weight_a_branch_also_reads_is_kept():
+    """The unrolled nodes read rearranged copies of W, R and B; the originals go, unless another
+    node reads one, inside an If's branch included."""
+    model = _lstm()
+    branch = helper.make_graph([helper.make_node("Identity", ["W"], ["w_out"])], "then", [],
+                               [helper.make_tensor_value_info("w_out", TensorProto.FLOAT, None)])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    model.graph.initializer.append(cond)
+    model.graph.node.append(helper.make_node("If", ["cond"], ["w_seen"], name="if", then_branch=branch,
+                                             else_branch=branch))
+    model.graph.output.append(helper.make_tensor_value_info("w_seen", TensorProto.FLOAT, None))
+    kept = {t.name for t in unroll_recurrences(model).model.graph.initializer}
+    assert "W" in kept and not {"R", "B"} & kept
+
+
 @pytest.mark.parametrize("model", [
     _lstm(peepholes=True), _lstm(clip=1.0), _lstm(layout=1), _lstm(input_forget=1),
     _lstm(activations=["Sigmoid", "Tanh", "Relu"]), _lstm(lengths=STEPS - 1), _lstm(steps=MAX_STEPS + 1),
