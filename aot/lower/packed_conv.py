@@ -394,8 +394,7 @@ def max_pool(op: Any) -> MaxPool | None:
 
 
 def _only_convolutions_read(op: Any) -> bool:
-    return all(use.owner.name == "torch.operator" and str(use.owner.attributes["name"]) == '"onnx.Conv"'
-               for use in op.results[0].uses)
+    return all(onnx_attributes(use.owner, "Conv") is not None for use in op.results[0].uses)
 
 
 def max_pool_body(op: Any) -> str | None:
