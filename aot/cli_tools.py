@@ -93,6 +93,9 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lr.add_argument("--db", default="artifacts/learn/costs.sqlite", help="the source cost database (read only)")
     lr.add_argument("--into", required=True, help="the cost database the side-by-side rows go to")
     lr.add_argument("--iterations", type=args_.count, default=100, help="interleaved turns (one run of each plan)")
+    lr.add_argument("--rounds", type=args_.count, default=1,
+                    help="side-by-side timings each plan ends with in the target (default 1): each missing round "
+                         "times again every plan short of it, and a plan's label is the median of its rows")
     lr.add_argument("-o", "--output", default="artifacts/learn/work",
                     help="scratch folder for the builds (its compile cache is the collection's)")
     args_.add_options(lr)
@@ -247,7 +250,7 @@ def _cmd_learn_retime(args: argparse.Namespace) -> int:
     options = args_.build_options(args)
     for model in args.models:
         done = retime.retime(model, Path(args.db), Path(args.into), work, options, args.iterations,
-                             progress=lambda s: print(s, file=sys.stderr))
+                             progress=lambda s: print(s, file=sys.stderr), rounds=args.rounds)
         print(f"{model}: {done.plans} plan(s), {done.timed} timed side by side in {done.groups} group(s), "
               f"{done.skipped} already there, {len(done.left_out)} left out (they no longer fit the graph), "
               f"{len(done.failed)} failed")

@@ -15,6 +15,7 @@ model trained on them predicts plans whole (``train`` chooses its plan mode by i
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ class Retimed:
     plans: int                          # the source's plans of this model that still fit it
     timed: int                          # rows added to the target
     skipped: int                        # already in the target
-    groups: int
+    groups: int                         # the most any round timed them in
     failed: tuple[tuple[str, str], ...]    # (key, why): plans that fit but did not build
     left_out: tuple[tuple[str, str], ...] = ()  # (key, why): stored plans that no longer fit the graph
 
@@ -77,8 +78,7 @@ def scaled_to_anchor(medians: Sequence[dict[int, float]]) -> dict[int, float]:
 
 def retime(model: str, source: Path, target: Path, work: Path, options: BuildOptions = BuildOptions(),
            iterations: int = 100, progress: Callable[[str], None] = lambda s: None,
-           group_bytes: int = GROUP_BYTES) -> Retimed:
-    from aot import runtime
+           group_bytes: int = GROUP_BYTES, rounds: int = 1) -> Retimed:
     from aot.pipeline import build_planned
 
     how = measuring(model, options)
@@ -95,7 +95,8 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
             else:
                 first[r.key] = (r, plan)
     with costdb.CostDatabase(target) as db:
-        done = {r.key for r in db.rows() if r.model == model and not isinstance(stored_plan(r.plan, planned.view), str)}
+        have = collections.Counter(r.key for r in db.rows()
+                                   if r.model == model and not isinstance(stored_plan(r.plan, planned.view), str))
     fits: list[tuple[costdb.Measurement, Plan]] = []
     left_out = [(key, reason) for key, reason in unfit.items() if key not in first]
     for key, (row, plan) in first.items():
@@ -108,9 +109,9 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
     for key, why in left_out:
         progress(f"retime   {model}: plan {key[:12]} left out: {why}")
     failed: list[tuple[str, str]] = []
-    todo = [(row, plan) for row, plan in fits if row.key not in done]
-    progress(f"retime   {model}: {len(fits)} plan(s), {len(fits) - len(todo)} already retimed, "
-             f"building {len(todo)} from the compile cache")
+    todo = [(row, plan) for row, plan in fits if have[row.key] < rounds]
+    progress(f"retime   {model}: {len(fits)} plan(s), {len(fits) - len(todo)} already retimed "
+             f"{rounds} time(s), building {len(todo)} from the compile cache")
     built: list[_Built] = []
     for i, (row, plan) in enumerate(todo):
         out = work / f"r{i}"
@@ -122,13 +123,33 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
             continue
         size = sum(p.stat().st_size for p in result.bundle.path.rglob("*") if p.is_file())
         built.append(_Built(row, result.bundle.path, size))
+    timed = groups = 0
+    # Round by round, each one every plan still short of ``rounds`` rows, written as it ends: the
+    # dataset's label is the median over a key's rows, and a killed retime keeps its whole rounds.
+    for turn in range(max((rounds - have[b.row.key] for b in built), default=0)):
+        members = [b for b in built if have[b.row.key] + turn < rounds]
+        progress(f"retime   {model}: round {turn + 1}, {len(members)} plan(s)")
+        labels, used = _side_by_side(members, source, target, iterations, group_bytes,
+                                     lambda s: progress(f"retime   {model}: {s}"))
+        with costdb.CostDatabase(target) as db:
+            for b, us in zip(members, labels):
+                db.add(dataclasses.replace(b.row, total_us=us, regions=()))
+        timed, groups = timed + len(members), max(groups, used)
+    return Retimed(model, len(fits), timed, len(fits) - len(todo), groups, tuple(failed), tuple(left_out))
+
+
+def _side_by_side(built: Sequence[_Built], source: Path, target: Path, iterations: int, group_bytes: int,
+                  progress: Callable[[str], None]) -> tuple[list[float], int]:
+    """Each bundle's median time (µs), all timed interleaved in one process, in groups around the
+    first one where their files would not fit in memory together; and the number of groups."""
+    from aot import runtime
+
     groups = groups_around_anchor([b.nbytes for b in built], group_bytes)
     medians: list[dict[int, float]] = []
     # The source's lock too: a collector still filling it times under that one.
     with costdb.timing_lock(source), costdb.timing_lock(target):
         for g, members in enumerate(groups):
-            progress(f"retime   {model}: group {g + 1}/{len(groups)}, {len(members)} plan(s) interleaved, "
-                     f"{iterations} turns")
+            progress(f"group {g + 1}/{len(groups)}, {len(members)} plan(s) interleaved, {iterations} turns")
             with contextlib.ExitStack() as stack:
                 sessions = {i: stack.enter_context(runtime.load(built[i].bundle)) for i in members}
                 inputs = reference.random_inputs(runtime.manifest.read(built[0].bundle).inputs, seed=0)
@@ -136,7 +157,4 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
                 times = timing.interleaved(calls, timing.Schedule(warmup=3, iterations=iterations))
             medians.append({i: timing.median_us(times[str(i)]) for i in members})
     labels = scaled_to_anchor(medians) if medians else {}
-    with costdb.CostDatabase(target) as db:
-        for i, b in enumerate(built):
-            db.add(dataclasses.replace(b.row, total_us=labels[i], regions=()))
-    return Retimed(model, len(fits), len(built), len(fits) - len(todo), len(groups), tuple(failed), tuple(left_out))
+    return [labels[i] for i in range(len(built))], len(groups)

@@ -34,7 +34,7 @@ def _fake_devices(monkeypatch, us_per_region: float):
 
     def build(planned, out, options, cache=None):
         assert cache == out.parent / collect.CACHE   # the collection's compile cache
-        out.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)   # a second retime builds into the same folders
         (out / "weights.irpa").write_bytes(b"0" * 10)
         built.append(planned.plan)
         return SimpleNamespace(bundle=SimpleNamespace(path=out), plan=planned.plan)
@@ -75,6 +75,44 @@ def test_every_stored_plan_is_timed_together_into_the_target_and_a_rerun_adds_no
         assert r.total_us == pytest.approx(7.0 * len(json.loads(r.plan)["regions"])) and r.total_us != src.total_us
     again = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5)
     assert (again.timed, again.skipped) == (0, done.plans) and len(built) == done.timed
+
+
+def test_rounds_time_every_plan_again_together_and_the_label_is_the_median_of_its_rows(tmp_path, monkeypatch):
+    """``--rounds 3``: two more side-by-side timings of every plan (the first round's rows kept),
+    each round all plans together; the dataset labels a plan by the median of its three rows."""
+    from aot.learn import dataset
+
+    source, target = tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
+    (path,) = synthetic.models(tmp_path, real=1, generated=0)
+    stored = synthetic.fill(source, [path], perturbations=3)
+    built = _fake_devices(monkeypatch, 7.0)
+    assert retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5).timed == stored
+    speeds = iter([0.5, 3.0])   # the machine 2x faster, then 3x slower: the medians are the first round's
+    fake = retime.timing.interleaved
+
+    def slower(calls, schedule):
+        factor = next(speeds)
+        return {name: [t * factor for t in ts] for name, ts in fake(calls, schedule).items()}
+
+    monkeypatch.setattr(retime.timing, "interleaved", slower)
+    built.clear()
+    lines: list[str] = []
+    done = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5,
+                         progress=lines.append, rounds=3)
+    assert (done.timed, done.skipped, done.failed) == (2 * stored, 0, ())
+    assert [line.split(": ", 1)[1] for line in lines if ": round " in line] == [
+        f"round 1, {stored} plan(s)", f"round 2, {stored} plan(s)"]
+    with costdb.CostDatabase(target) as db:
+        rows = db.rows()
+    times: dict[str, list[float]] = {}
+    for r in rows:
+        times.setdefault(r.key, []).append(r.total_us)
+    assert len(times) == stored and all(len(t) == 3 for t in times.values())
+    labels = dataset.load_dataset(target, synthetic.VULKAN).graphs[0].plans
+    assert {p.key: p.total_us for p in labels} == {k: pytest.approx(sorted(t)[1]) for k, t in times.items()}
+    assert all(min(t) < sorted(t)[1] < max(t) for t in times.values())
+    again = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5, rounds=3)
+    assert (again.timed, again.skipped) == (0, stored)
 
 
 def test_the_cli_refuses_a_missing_source_and_the_source_as_target(tmp_path, capsys):
