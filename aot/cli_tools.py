@@ -328,7 +328,8 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
             "skipped": [{"model": model, "why": why} for model, why in data.skipped],
             "mean": {p.value: dataclasses.asdict(result.mean(p)) for p in evaluate.Predictor},
             "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores},
-                          "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None}
+                          "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None,
+                          "one_timing": dataclasses.asdict(h.one_timing) if h.one_timing else None}
                          for h in result.held_out]})
     return 0
 

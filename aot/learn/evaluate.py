@@ -11,6 +11,12 @@ always-all-host (the untuned whole-model host build first, then other all-host p
 decisions, its regret is what a build without tuning loses). A tau where every prediction ties
 is 0 (no ranking information), never NaN. Top-3 regret: what a search that times only the three
 predicted best would lose.
+
+The labels' own noise, where every plan of a model was timed side by side in several rounds
+(``aot learn retime --rounds``): each round's times scored as if they were a prediction, against
+the median of the other rounds, averaged over the rounds. That is what timing every plan once
+and keeping the fastest (a tuner's way) loses to the labels' spread alone: a floor under the
+regret no predictor can be relied on to beat on that model.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from aot.frontend.graph import GraphView
-from aot.learn.dataset import Dataset, GraphData
+from aot.learn.dataset import Dataset, GraphData, MeasuredPlan
 from aot.learn.features import PLAN_SCALARS, accel_share
 from aot.learn.key import compiled_flags
 from aot.learn.model import PREDICTION_ALONE, ChoiceWeights
@@ -57,6 +63,7 @@ class HeldOut:
     plans: int
     scores: tuple[tuple[Predictor, Score], ...]
     narrowed: NarrowScore | None = None    # --tune-top on its whole-model flag sets (narrow_eval.py)
+    one_timing: Score | None = None        # the labels' own noise (module docstring); None: one round
 
     def score(self, p: Predictor) -> Score:
         return dict(self.scores)[p]
@@ -108,6 +115,20 @@ def topk_regret(predicted: Sequence[float] | np.ndarray, measured: Sequence[floa
     return float(b[order[:k]].min() / b.min() - 1.0)
 
 
+def one_timing(plans: Sequence[MeasuredPlan]) -> Score | None:
+    """Each side-by-side round of ``plans`` scored against the median of the other rounds, averaged
+    over the rounds; None unless every plan has at least two rows."""
+    rounds = min((len(p.samples_us) for p in plans), default=0)
+    if rounds < 2:
+        return None
+    times = np.array([p.samples_us[:rounds] for p in plans])
+    scores = []
+    for j in range(rounds):
+        one, others = times[:, j], np.median(np.delete(times, j, axis=1), axis=1)
+        scores.append((kendall_tau(one, others), top1_regret(one, others), topk_regret(one, others, 3)))
+    return Score(*(float(v) for v in np.mean(scores, axis=0)))
+
+
 def best_class(g: GraphData) -> str:
     devices = {r.device for r in g.best().plan.regions}
     return "all-host" if devices == {HOST} else "all-accel" if devices == {ACCEL} else "mixed"
@@ -147,7 +168,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
         }
         scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured), topk_regret(v, measured, 3)))
                        for k, v in predictions.items())
-        held.append(HeldOut(g.model, len(plans), scores, narrowing(g, model)))
+        held.append(HeldOut(g.model, len(plans), scores, narrowing(g, model), one_timing(plans)))
         progress(f"eval  {g.model}: {len(plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
     classes: dict[str, int] = {}
     for g in data.graphs:
@@ -210,6 +231,15 @@ def render(e: Evaluation) -> str:
         flag = " (<20 plans)" if h.plans < MIN_PLANS else ""
         lines.append(f"{(h.model + flag)[-33:]:34}{h.plans:5}  " + "  ".join(cells(h.score(p)) for p in preds))
     lines.append("mean".ljust(34) + " " * 7 + "  ".join(cells(e.mean(p)) for p in preds))
+    noisy = [(h.model, h.one_timing) for h in e.held_out if h.one_timing is not None]
+    if noisy:
+        lines += ["", "the labels' own noise: one side-by-side round against the median of the others",
+                  "held-out model".ljust(34) + f"{'tau':>6} {'regret':>9} {'top-3':>9}   learned regret"]
+        for model, s in noisy:
+            learned = next(h for h in e.held_out if h.model == model).score(Predictor.LEARNED)
+            lines.append(f"{model[-33:]:34}{cells(s)}   {100 * learned.regret:8.1f}%")
+        lines.append("mean".ljust(34) + cells(Score(*(float(np.mean([getattr(s, f) for _, s in noisy]))
+                                                   for f in ("tau", "regret", "regret_top3")))))
     narrowed = [(h.model, h.narrowed) for h in e.held_out if h.narrowed is not None]
     if narrowed:
         lines += ["", f"--tune-top {TOP} on the whole-model flag sets (regret against timing every set):",

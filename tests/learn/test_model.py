@@ -225,6 +225,22 @@ def test_kendall_tau_is_tau_b_and_regret_counts_ties_against_the_chooser():
         evaluate.kendall_tau([1.0, float("nan")], [1.0, 2.0])
 
 
+def test_the_labels_own_noise_scores_each_round_against_the_others_median():
+    from types import SimpleNamespace as Row
+
+    assert evaluate.one_timing([Row(samples_us=(1.0,)), Row(samples_us=(2.0, 2.1))]) is None   # one round only
+    steady = [Row(samples_us=(10.0, 11.0, 10.5)), Row(samples_us=(20.0, 21.0, 19.0)), Row(samples_us=(30.0, 29.0, 31.0))]
+    assert evaluate.one_timing(steady) == evaluate.Score(1.0, 0.0, 0.0)
+    # Round 2 saw plan 1 fastest: against the others' medians (10, 20.5) it picked 20.5 over 10;
+    # rounds 1 and 3 picked plan 0, and ranked with (tau 1) and against a tie (tau 0) of the others.
+    flipped = [Row(samples_us=(10.0, 25.0, 10.0)), Row(samples_us=(20.0, 15.0, 21.0))]
+    got = evaluate.one_timing(flipped)
+    assert got is not None and np.isfinite(got.tau) and got.regret == pytest.approx((20.5 / 10.0 - 1) / 3)
+    assert got.tau == pytest.approx((1 - 1 + 0) / 3) and got.regret_top3 == 0.0
+    with pytest.raises(ValueError):   # a NaN row is refused, not scored
+        evaluate.one_timing([Row(samples_us=(10.0, float("nan"))), Row(samples_us=(20.0, 21.0))])
+
+
 def test_features_ignore_names_and_see_devices():
     from synthetic import graph
 
