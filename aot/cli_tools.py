@@ -251,7 +251,7 @@ def _cmd_learn_retime(args: argparse.Namespace) -> int:
     for model in args.models:
         done = retime.retime(model, Path(args.db), Path(args.into), work, options, args.iterations,
                              progress=lambda s: print(s, file=sys.stderr), rounds=args.rounds)
-        print(f"{model}: {done.plans} plan(s), {done.timed} timed side by side in {done.groups} group(s), "
+        print(f"{model}: {done.plans} plan(s), {done.timed} row(s) timed side by side in {done.groups} group(s), "
               f"{done.skipped} already there, {len(done.left_out)} left out (they no longer fit the graph), "
               f"{len(done.failed)} failed")
     print(args.into)

@@ -11,6 +11,11 @@ target database. Plans whose weights would not fit in memory together are timed 
 with the same anchor plan, and each group's times are scaled by the anchor's time in the first
 group: the ratios stay side by side. Rows carry the end-to-end time only (no region times), so a
 model trained on them predicts plans whole (``train`` chooses its plan mode by itself).
+
+One round is one such timing of every plan. A plan's label is the median of its rows, and on a
+shared two-core host a sub-millisecond model's local-task plans slow down 1.3-2x in a round where
+the other core is busy while its local-sync ones do not (docs/learned.md, stop 60): ``rounds``
+times every plan again, all together each round, until the target holds that many rows of it.
 """
 
 from __future__ import annotations
@@ -126,9 +131,10 @@ def retime(model: str, source: Path, target: Path, work: Path, options: BuildOpt
     timed = groups = 0
     # Round by round, each one every plan still short of ``rounds`` rows, written as it ends: the
     # dataset's label is the median over a key's rows, and a killed retime keeps its whole rounds.
-    for turn in range(max((rounds - have[b.row.key] for b in built), default=0)):
+    missing = max((rounds - have[b.row.key] for b in built), default=0)
+    for turn in range(missing):
         members = [b for b in built if have[b.row.key] + turn < rounds]
-        progress(f"retime   {model}: round {turn + 1}, {len(members)} plan(s)")
+        progress(f"retime   {model}: round {turn + 1} of {missing}, {len(members)} plan(s)")
         labels, used = _side_by_side(members, source, target, iterations, group_bytes,
                                      lambda s: progress(f"retime   {model}: {s}"))
         with costdb.CostDatabase(target) as db:

@@ -101,7 +101,7 @@ def test_rounds_time_every_plan_again_together_and_the_label_is_the_median_of_it
                          progress=lines.append, rounds=3)
     assert (done.timed, done.skipped, done.failed) == (2 * stored, 0, ())
     assert [line.split(": ", 1)[1] for line in lines if ": round " in line] == [
-        f"round 1, {stored} plan(s)", f"round 2, {stored} plan(s)"]
+        f"round 1 of 2, {stored} plan(s)", f"round 2 of 2, {stored} plan(s)"]
     with costdb.CostDatabase(target) as db:
         rows = db.rows()
     times: dict[str, list[float]] = {}
