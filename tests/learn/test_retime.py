@@ -6,6 +6,7 @@ import dataclasses
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import synthetic
@@ -113,6 +114,28 @@ def test_rounds_time_every_plan_again_together_and_the_label_is_the_median_of_it
     assert all(min(t) < sorted(t)[1] < max(t) for t in times.values())
     again = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5, rounds=3)
     assert (again.timed, again.skipped) == (0, stored)
+
+
+def test_a_retime_killed_in_a_round_keeps_the_rounds_it_finished_whole(tmp_path, monkeypatch):
+    source, target = tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
+    (path,) = synthetic.models(tmp_path, real=1, generated=0)
+    stored = synthetic.fill(source, [path], perturbations=3)
+    _fake_devices(monkeypatch, 7.0)
+    fake, rounds_run = retime.timing.interleaved, []
+
+    def killed_in_the_second(calls, schedule):
+        rounds_run.append(1)
+        if len(rounds_run) == 2:
+            raise KeyboardInterrupt   # Ctrl-C (or a kill) while the second round times
+        return fake(calls, schedule)
+
+    monkeypatch.setattr(retime.timing, "interleaved", killed_in_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5, rounds=3)
+    with costdb.CostDatabase(target) as db:
+        rows = db.rows()
+    assert len(rows) == stored and len({r.key for r in rows}) == stored   # the first round, every plan once
+    assert all(np.isfinite(r.total_us) and r.total_us > 0 for r in rows)
 
 
 def test_the_cli_refuses_a_missing_source_and_the_source_as_target(tmp_path, capsys):
