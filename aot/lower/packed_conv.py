@@ -27,7 +27,7 @@ convolution fall off that kernel (a ResNet has the first two):
 
 The set packs a **max pooling** like a convolution too: its input padded, then packed, a pass
 that cost more than the pooling itself (MTCNN-ONet, ResNet-50's stem). Written as an
-elementwise maximum of the window's slices (``max_pool_body``), which packs nothing.
+elementwise maximum of the window's slices (``lower/packed_pool.py``), which packs nothing.
 
 Modules compiled with other flags are left as they are (channels-last and im2col have their own
 forms for these convolutions), but for the strided pointwise ones of a channels-last module, which
@@ -41,12 +41,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aot.lower.depthwise import (VTENSOR, ConvOperands, accumulator_init, conv_operands, expected_output, ints,
-                                onnx_attributes, rewrite_ops, zero_pad)
+from aot.lower.depthwise import ConvOperands, accumulator_init, conv_operands, expected_output, rewrite_ops, zero_pad
 from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
+from aot.lower.packed_pool import max_pool_body
+from aot.lower.rewrite_text import cropped, dims_text, epilogue, prologue, tensor_type, vtensor_type
 from aot.runtime.target import Target
 
-# Bump with any change to what this module writes: the learned database keys a plan by it
+# Bump with any change to what this module writes (or lower/packed_pool.py, or the text pieces of
+# lower/rewrite_text.py): the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
 PACKED_CONV_VERSION = 5
 # The same for what a channels-last module is given (``strided_pointwise_body``).
@@ -63,7 +65,6 @@ FEW_INPUT_CHANNELS = 4
 PAD_BLOCKS_FROM_TAPS = 5
 # The gathered input is the kernel's taps times the input: up to a 7x7 kernel's.
 MAX_TAPS = 49
-NEG_INF = "0xFF800000"   # f32 -inf: what a max pooling's padding reads as
 _CONVOLUTION_TILING = next(f for f in CONV_DATA_TILING if f.endswith("=convolution"))
 
 
@@ -97,44 +98,6 @@ def key_tag(target: Target, opt: tuple[str, ...] | None) -> tuple[str, ...]:
     return (f"packed-conv {PACKED_CONV_VERSION}",) if applies(target, opt) else ()
 
 
-def _vt(dims: tuple[int, ...], t: str) -> str:
-    return f"!torch.vtensor<[{','.join(map(str, dims))}],{t}>"
-
-
-def _dims(dims: tuple[int, ...], t: str) -> str:
-    return f"{'x'.join(map(str, dims))}x{t}"
-
-
-def _shape(dims: tuple[int, ...], t: str) -> str:
-    return f"tensor<{_dims(dims, t)}>"
-
-
-def _prologue(name: str, c: ConvOperands) -> str:
-    """A rewrite's function header, taking the convolution's operands, and them as builtin tensors
-    (``%x``, ``%w``; ``%bt`` the bias, if any) beside a zero (``%zero``)."""
-    t = c.dtype
-    bias_arg = f", %bt: {_vt((c.w[0],), t)}" if c.bias else ""
-    return f"""func.func @{name}(%xt: {_vt(c.x, t)}, %wt: {_vt(c.w, t)}{bias_arg}) -> {_vt(c.y, t)} {{
-    %zero = arith.constant 0.0 : {t}
-    %x = torch_c.to_builtin_tensor %xt : {_vt(c.x, t)} -> {_shape(c.x, t)}
-    %w = torch_c.to_builtin_tensor %wt : {_vt(c.w, t)} -> {_shape(c.w, t)}"""
-
-
-def _epilogue(result: str, y: tuple[int, ...], t: str) -> str:
-    """Return ``result``, the rewritten op's value (``y`` of ``t``) as a builtin tensor."""
-    return f"""    %yt = torch_c.from_builtin_tensor {result} : {_shape(y, t)} -> {_vt(y, t)}
-    return %yt : {_vt(y, t)}
-}}"""
-
-
-def _cropped(source: str, source_type: str, c: ConvOperands) -> tuple[str, str]:
-    """``source`` cut to the convolution's result where it is larger, and the value holding that."""
-    if source_type == _shape(c.y, c.dtype):
-        return "", source
-    return (f"%y = tensor.extract_slice {source}[0, 0, 0, 0] [{', '.join(map(str, c.y))}] [1, 1, 1, 1] : "
-            f"{source_type} to {_shape(c.y, c.dtype)}"), "%y"
-
-
 def pointwise(op: Any) -> ConvOperands | None:
     """``op``'s operands when it is an ungrouped, unpadded 1x1 ``onnx.Conv`` over one image whose
     product pays for the dispatches that pack and unpack a data-tiled matmul (the rule of
@@ -163,28 +126,28 @@ def pointwise_body(op: Any) -> str | None:
     _, _, oh, ow = c.y
     t, sh, sw = c.dtype, *c.strides
     pixels = oh * ow
-    sub = _shape((1, cin, oh, ow), t)
+    sub = tensor_type((1, cin, oh, ow), t)
     # every stride-th pixel (the kernel is one pixel and unpadded, so these are the ones it reads)
     strided = (f"%xs = tensor.extract_slice %x[0, 0, 0, 0] [1, {cin}, {oh}, {ow}] [1, 1, {sh}, {sw}] : "
-               f"{_shape(c.x, t)} to {sub}") if (oh, ow) != (h, w) else ""
+               f"{tensor_type(c.x, t)} to {sub}") if (oh, ow) != (h, w) else ""
     source = "%xs" if strided else "%x"
-    out2 = _shape((cout, pixels), t)
+    out2 = tensor_type((cout, pixels), t)
     init = _init_2d(c.bias, cout, t, out2)
-    return f"""{_prologue("pointwise", c)}
+    return f"""{prologue("pointwise", c)}
     {strided}
-    %x2 = tensor.collapse_shape {source} [[0, 1], [2, 3]] : {sub} into {_shape((cin, pixels), t)}
-    %w2 = tensor.collapse_shape %w [[0], [1, 2, 3]] : {_shape(c.w, t)} into {_shape((cout, cin), t)}
+    %x2 = tensor.collapse_shape {source} [[0, 1], [2, 3]] : {sub} into {tensor_type((cin, pixels), t)}
+    %w2 = tensor.collapse_shape %w [[0], [1, 2, 3]] : {tensor_type(c.w, t)} into {tensor_type((cout, cin), t)}
     %e = tensor.empty() : {out2}
     {init}
-    %y2 = linalg.matmul ins(%w2, %x2 : {_shape((cout, cin), t)}, {_shape((cin, pixels), t)}) outs(%init : {out2}) -> {out2}
-    %y = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {ow}] : {out2} into {_shape(c.y, t)}
-{_epilogue("%y", c.y, c.dtype)}"""
+    %y2 = linalg.matmul ins(%w2, %x2 : {tensor_type((cout, cin), t)}, {tensor_type((cin, pixels), t)}) outs(%init : {out2}) -> {out2}
+    %y = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {ow}] : {out2} into {tensor_type(c.y, t)}
+{epilogue("%y", c.y, c.dtype)}"""
 
 
 def _init_2d(bias: bool, channels: int, t: str, out: str) -> str:
     if not bias:
         return f"%init = linalg.fill ins(%zero : {t}) outs(%e : {out}) -> {out}"
-    return f"""%b = torch_c.to_builtin_tensor %bt : {_vt((channels,), t)} -> tensor<{channels}x{t}>
+    return f"""%b = torch_c.to_builtin_tensor %bt : {vtensor_type((channels,), t)} -> tensor<{channels}x{t}>
     %init = linalg.generic {{indexing_maps = [affine_map<(c, p) -> (c)>, affine_map<(c, p) -> (c, p)>], iterator_types = ["parallel", "parallel"]}} ins(%b : tensor<{channels}x{t}>) outs(%e : {out}) {{
     ^bb0(%v: {t}, %o: {t}):
       linalg.yield %v : {t}
@@ -266,19 +229,19 @@ def stem_body(op: Any) -> str | None:
     b = stem_blocks(c)
     (he, we), (bh, bw), (sh, sw) = b.size, b.kernel, b.shift
     fh, fw = b.output
-    x_t, even = _dims(c.x, t), _dims((n, cin, he, we), t)
-    blocks = _shape((n, cin, he // 2, 2, we // 2, 2), t)
-    moved = _shape((n, 2, 2, cin, he // 2, we // 2), t)
-    x_s2d = _dims((n, 4 * cin, he // 2, we // 2), t)
-    x_padded = _dims((n, 4 * cin, *b.grid), t)
-    w_t, w_padded = _dims(c.w, t), _dims((cout, cin, 2 * bh, 2 * bw), t)
-    w_blocks, w_moved = _shape((cout, cin, bh, 2, bw, 2), t), _shape((cout, 2, 2, cin, bh, bw), t)
-    w_s2d = _shape((cout, 4 * cin, bh, bw), t)
+    x_t, even = dims_text(c.x, t), dims_text((n, cin, he, we), t)
+    blocks = tensor_type((n, cin, he // 2, 2, we // 2, 2), t)
+    moved = tensor_type((n, 2, 2, cin, he // 2, we // 2), t)
+    x_s2d = dims_text((n, 4 * cin, he // 2, we // 2), t)
+    x_padded = dims_text((n, 4 * cin, *b.grid), t)
+    w_t, w_padded = dims_text(c.w, t), dims_text((cout, cin, 2 * bh, 2 * bw), t)
+    w_blocks, w_moved = tensor_type((cout, cin, bh, 2, bw, 2), t), tensor_type((cout, 2, 2, cin, bh, bw), t)
+    w_s2d = tensor_type((cout, 4 * cin, bh, bw), t)
     full = f"{n}x{cout}x{fh}x{fw}x{t}"
     init = accumulator_init(c.bias, cout, t, full, "(n, c, h, w) -> (c)")
     # a kernel over whole blocks can give a row or column more: cropped
-    crop, result = _cropped("%yf", f"tensor<{full}>", c)
-    return f"""{_prologue("stem", c)}
+    crop, result = cropped("%yf", f"tensor<{full}>", c)
+    return f"""{prologue("stem", c)}
     {_padded('xe', 'x', b.pixels, x_t, even, t)}
     %x6 = tensor.expand_shape %xe [[0], [1], [2, 3], [4, 5]] output_shape [{n}, {cin}, {he // 2}, 2, {we // 2}, 2] : tensor<{even}> into {blocks}
     %xo = tensor.empty() : {moved}
@@ -294,7 +257,7 @@ def stem_body(op: Any) -> str | None:
     {init}
     %yf = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}} ins(%xs, %ws : tensor<{x_padded}>, {w_s2d}) outs(%init : tensor<{full}>) -> tensor<{full}>
     {crop}
-{_epilogue(result, c.y, c.dtype)}"""
+{epilogue(result, c.y, c.dtype)}"""
 
 
 def shifted(op: Any) -> ConvOperands | None:
@@ -327,129 +290,32 @@ def shifted_body(op: Any) -> str | None:
     hp, wp = h + top + bottom, w + left + right
     rows = hp + (1 if kw > 1 else 0)
     flat, cols = rows * wp, oh * wp
-    x_t, padded = _dims(c.x, t), _dims((1, cin, rows, wp), t)
+    x_t, padded = dims_text(c.x, t), dims_text((1, cin, rows, wp), t)
     pad = zero_pad("xp", "x", (0, 0, top, left), (0, 0, rows - h - top, right), x_t, padded, t) \
         if (rows, wp) != (h, w) else ""
     source = "%xp" if pad else "%x"
-    tap = _shape((cin, cols), t)
+    tap = tensor_type((cin, cols), t)
     names = [f"%s{a}_{b}" for a in range(kh) for b in range(kw)]
     slices = "\n    ".join(
-        f"%s{a}_{b} = tensor.extract_slice %xf[0, {a * wp + b}] [{cin}, {cols}] [1, 1] : {_shape((cin, flat), t)} to {tap}"
+        f"%s{a}_{b} = tensor.extract_slice %xf[0, {a * wp + b}] [{cin}, {cols}] [1, 1] : {tensor_type((cin, flat), t)} to {tap}"
         for a in range(kh) for b in range(kw))
-    col, wk = _shape((kh * kw * cin, cols), t), _shape((cout, kh * kw * cin), t)
-    w_moved = _shape((cout, kh, kw, cin), t)
-    out2, grid = _shape((cout, cols), t), _shape((1, cout, oh, wp), t)
-    crop, result = _cropped("%yg", grid, c)
-    return f"""{_prologue("shifted", c)}
+    col, wk = tensor_type((kh * kw * cin, cols), t), tensor_type((cout, kh * kw * cin), t)
+    w_moved = tensor_type((cout, kh, kw, cin), t)
+    out2, grid = tensor_type((cout, cols), t), tensor_type((1, cout, oh, wp), t)
+    crop, result = cropped("%yg", grid, c)
+    return f"""{prologue("shifted", c)}
     {pad}
-    %xf = tensor.collapse_shape {source} [[0, 1], [2, 3]] : tensor<{padded}> into {_shape((cin, flat), t)}
+    %xf = tensor.collapse_shape {source} [[0, 1], [2, 3]] : tensor<{padded}> into {tensor_type((cin, flat), t)}
     {slices}
     %x2 = tensor.concat dim(0) {', '.join(names)} : ({', '.join([tap] * len(names))}) -> {col}
     %we = tensor.empty() : {w_moved}
-    %wm = linalg.transpose ins(%w : tensor<{_dims(c.w, t)}>) outs(%we : {w_moved}) permutation = [0, 2, 3, 1]
+    %wm = linalg.transpose ins(%w : tensor<{dims_text(c.w, t)}>) outs(%we : {w_moved}) permutation = [0, 2, 3, 1]
     %w2 = tensor.collapse_shape %wm [[0], [1, 2, 3]] : {w_moved} into {wk}
     %e = tensor.empty() : {out2}
     {_init_2d(c.bias, cout, t, out2)}
     %y2 = linalg.matmul ins(%w2, %x2 : {wk}, {col}) outs(%init : {out2}) -> {out2}
     %yg = tensor.expand_shape %y2 [[0, 1], [2, 3]] output_shape [1, {cout}, {oh}, {wp}] : {out2} into {grid}
     {crop}
-{_epilogue(result, c.y, c.dtype)}"""
+{epilogue(result, c.y, c.dtype)}"""
 
 
-@dataclass(frozen=True, slots=True)
-class MaxPool:
-    """A 2-D ``onnx.MaxPool`` over a static NCHW f32 tensor, without indices or dilation."""
-
-    x: tuple[int, ...]
-    y: tuple[int, ...]
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    pads: tuple[int, int, int, int]   # top, left, bottom, right
-
-
-def max_pool(op: Any) -> MaxPool | None:
-    """``op``'s shapes and attributes when it is a MaxPool this rewrite handles: explicit pads or
-    VALID, floor or ceil mode (the stated result shape says which windows there are)."""
-    attrs = onnx_attributes(op, "MaxPool")
-    if attrs is None or len(op.operands) != 1 or len(op.results) != 1:   # a second result: the indices
-        return None
-    auto_pad = attrs.get("torch.onnx.auto_pad", '"NOTSET"')
-    if auto_pad not in ('"NOTSET"', '"VALID"') or ints(attrs.get("torch.onnx.storage_order", "")) not in ([], [0]) \
-            or ints(attrs.get("torch.onnx.dilations", "")) not in ([], [1, 1]):
-        return None
-    found = [VTENSOR.fullmatch(str(v.type)) for v in (op.operands[0], op.results[0])]
-    if any(t is None or t[2] != "f32" for t in found):
-        return None
-    x, y = (tuple(int(d) for d in t[1].split(",")) for t in found if t is not None)
-    kernel = ints(attrs.get("torch.onnx.kernel_shape", ""))
-    strides = ints(attrs.get("torch.onnx.strides", "")) or [1, 1]
-    pads = (ints(attrs.get("torch.onnx.pads", "")) if auto_pad == '"NOTSET"' else []) or [0, 0, 0, 0]
-    if len(x) != 4 or len(y) != 4 or y[:2] != x[:2] or len(kernel) != 2 or len(strides) != 2 or len(pads) != 4:
-        return None
-    for i in range(2):   # the stated output: floor or ceil of the windows that fit
-        span = x[2 + i] + pads[i] + pads[2 + i] - kernel[i]
-        if span < 0 or y[2 + i] not in (span // strides[i] + 1, -(-span // strides[i]) + 1):
-            return None
-    return MaxPool(x, y, (kernel[0], kernel[1]), (strides[0], strides[1]), (pads[0], pads[1], pads[2], pads[3]))
-
-
-def _only_convolutions_read(op: Any) -> bool:
-    return all(onnx_attributes(use.owner, "Conv") is not None for use in op.results[0].uses)
-
-
-def max_pool_body(op: Any) -> str | None:
-    """``op`` as an elementwise maximum of its window's slices of the input padded with -inf, or
-    None for any other op (``max_pool``). The set's own pooling packs its padded input into blocks
-    of 16 channels like a convolution's: MTCNN-ONet spent 150 us of its 490 in dispatches on
-    its three poolings and their packing, ResNet-50's stem pooling 1.65 ms (docs/performance.md).
-
-    The maximum runs at every window position along the width, so each tap is a slice contiguous
-    in the width (one tap read with the stride is a gather: 3 ms for ResNet's stem pooling against
-    0.5 contiguous), and every stride-th column is taken from it. That strided read fuses into
-    the next data-tiled convolution's packing, which then costs that convolution 35-80 us more
-    (MTCNN's); copying the columns out behind an optimization barrier instead cost as much in
-    dispatches, and the gain on ONet and the ResNet with it (docs/performance.md). Where another
-    op reads the pooled value as well (torchvision's ResNets add it to their first block's output),
-    the columns are copied out behind one all the same: the strided read fused into that addition,
-    in the data-tiled convolution's dispatch before it, and asked 786 KiB of stack, over IREE's 32
-    KiB limit (the set failed to compile for a ResNet-18)."""
-    p = max_pool(op)
-    if p is None:
-        return None
-    n, c, h, w = p.x
-    _, _, oh, ow = p.y
-    (kh, kw), (sh, sw) = p.kernel, p.strides
-    top, left = p.pads[:2]
-    hp = max((oh - 1) * sh + kh, h + top)                   # the rows and columns the windows read
-    wp = max((ow - 1) * sw + kw, w + left)
-    fw = wp - kw + 1                                         # window positions along the width
-    padded = _shape((n, c, hp, wp), "f32")
-    pad = zero_pad("xp", "x", (0, 0, top, left), (0, 0, hp - h - top, wp - w - left), _dims(p.x, "f32"),
-                   _dims((n, c, hp, wp), "f32"), "f32", value=NEG_INF)
-    full, out = _shape((n, c, oh, fw), "f32"), _shape(p.y, "f32")
-    taps = [(a, b) for a in range(kh) for b in range(kw)]
-    slices = "\n    ".join(
-        f"%s{i} = tensor.extract_slice %xp[0, 0, {a}, {b}] [{n}, {c}, {oh}, {fw}] [1, 1, {sh}, 1] : {padded} to {full}"
-        for i, (a, b) in enumerate(taps))
-    identity = "affine_map<(n, c, h, w) -> (n, c, h, w)>"
-    maxima = "\n      ".join(f"%m{i} = arith.maximumf {f'%m{i - 1}' if i > 1 else '%v0'}, %v{i} : f32"
-                             for i in range(1, len(taps)))
-    largest = f"%m{len(taps) - 1}" if len(taps) > 1 else "%v0"
-    columns = "%yf" if fw == ow else "%y"
-    strided = "" if fw == ow else \
-        f"%y = tensor.extract_slice %yf[0, 0, 0, 0] [{n}, {c}, {oh}, {ow}] [1, 1, 1, {sw}] : {full} to {out}"
-    if strided and not _only_convolutions_read(op):
-        strided += f"\n    %yb = util.optimization_barrier %y : {out}"
-        columns = "%yb"
-    return f"""func.func @max_pool(%xt: {_vt(p.x, "f32")}) -> {_vt(p.y, "f32")} {{
-    %x = torch_c.to_builtin_tensor %xt : {_vt(p.x, "f32")} -> {_shape(p.x, "f32")}
-    {pad}
-    {slices}
-    %e = tensor.empty() : {full}
-    %yf = linalg.generic {{indexing_maps = [{", ".join([identity] * (len(taps) + 1))}], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins({", ".join(f"%s{i}" for i in range(len(taps)))} : {", ".join([full] * len(taps))}) outs(%e : {full}) {{
-    ^bb0({", ".join(f"%v{i}: f32" for i in range(len(taps)))}, %o: f32):
-      {maxima}
-      linalg.yield {largest} : f32
-    }} -> {full}
-    {strided}
-{_epilogue(columns, p.y, "f32")}"""

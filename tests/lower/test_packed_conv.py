@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aot.checks.compare import assert_close
-from aot.lower import depthwise, packed_conv
+from aot.lower import depthwise, packed_conv, packed_pool
 from aot.lower.flags import CHANNELS_LAST, DATA_TILING, IM2COL, O2
 from aot.lower.importer import import_onnx
 from aot.runtime.target import Target
@@ -88,7 +88,7 @@ def _pool(x_shape: tuple[int, ...], outputs: int = 1, **attrs) -> onnx.ModelProt
 ], ids=["resnet", "ceil", "valid", "stride-1", "batch-2", "same", "dilated", "indices", "3-d"])
 def test_max_poolings_are_rewritten_when_static_2d_and_without_indices(model, rewritten, tmp_path):
     mlir = import_onnx(model, "m", tmp_path, tmp_path / "w.irpa").mlir
-    text, (count,) = depthwise.rewrite_ops(mlir, packed_conv.max_pool_body)
+    text, (count,) = depthwise.rewrite_ops(mlir, packed_pool.max_pool_body)
     assert count == int(rewritten) and ('"onnx.MaxPool"' in text) != rewritten
 
 
@@ -106,7 +106,7 @@ def test_a_pooled_value_another_op_reads_is_copied_out_behind_a_barrier(tmp_path
             [pool, conv, last], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])],
             [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "c")], [w]))
         mlir = import_onnx(model, "m", tmp_path, tmp_path / "w.irpa").mlir
-        text, (count,) = depthwise.rewrite_ops(mlir, packed_conv.max_pool_body)
+        text, (count,) = depthwise.rewrite_ops(mlir, packed_pool.max_pool_body)
         assert count == 1 and ("util.optimization_barrier" in text) == barrier
 
 
