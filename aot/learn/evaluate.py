@@ -79,10 +79,14 @@ class Evaluation:
     mode: str
 
     def mean(self, p: Predictor) -> Score:
-        if not self.held_out:
-            return Score(0.0, 0.0, 0.0)
-        return Score(*(float(np.mean([getattr(h.score(p), f) for h in self.held_out]))
-                       for f in ("tau", "regret", "regret_top3")))
+        return mean_score([h.score(p) for h in self.held_out])
+
+
+def mean_score(scores: Sequence[Score]) -> Score:
+    """Each measure's mean over ``scores``; zeros for none."""
+    if not scores:
+        return Score(0.0, 0.0, 0.0)
+    return Score(*(float(np.mean([getattr(s, f) for s in scores])) for f in ("tau", "regret", "regret_top3")))
 
 
 def kendall_tau(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> float:
@@ -231,15 +235,13 @@ def render(e: Evaluation) -> str:
         flag = " (<20 plans)" if h.plans < MIN_PLANS else ""
         lines.append(f"{(h.model + flag)[-33:]:34}{h.plans:5}  " + "  ".join(cells(h.score(p)) for p in preds))
     lines.append("mean".ljust(34) + " " * 7 + "  ".join(cells(e.mean(p)) for p in preds))
-    noisy = [(h.model, h.one_timing) for h in e.held_out if h.one_timing is not None]
+    noisy = [(h, h.one_timing) for h in e.held_out if h.one_timing is not None]
     if noisy:
         lines += ["", "the labels' own noise: one side-by-side round against the median of the others",
                   "held-out model".ljust(34) + f"{'tau':>6} {'regret':>9} {'top-3':>9}   learned regret"]
-        for model, s in noisy:
-            learned = next(h for h in e.held_out if h.model == model).score(Predictor.LEARNED)
-            lines.append(f"{model[-33:]:34}{cells(s)}   {100 * learned.regret:8.1f}%")
-        lines.append("mean".ljust(34) + cells(Score(*(float(np.mean([getattr(s, f) for _, s in noisy]))
-                                                   for f in ("tau", "regret", "regret_top3")))))
+        for h, s in noisy:
+            lines.append(f"{h.model[-33:]:34}{cells(s)}   {100 * h.score(Predictor.LEARNED).regret:8.1f}%")
+        lines.append("mean".ljust(34) + cells(mean_score([s for _, s in noisy])))
     narrowed = [(h.model, h.narrowed) for h in e.held_out if h.narrowed is not None]
     if narrowed:
         lines += ["", f"--tune-top {TOP} on the whole-model flag sets (regret against timing every set):",

@@ -64,8 +64,7 @@ def geometry(node: Node, view: GraphView) -> Geometry:
         return Geometry.THIN_PRODUCT if out and len(out) >= 2 and out[-2] <= THIN_ROWS else Geometry.PRODUCT
     if cls is not OpClass.CONV:
         return Geometry.OTHER
-    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
-    x, w = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)     # [N, Cin, ...], [Cout, Cin, k...]
+    x, w = _input_and_weights(node, view)
     if _strided(node, x, w, view.values[node.outputs[0]].shape if node.outputs else None):
         return Geometry.STRIDED
     if w and len(w) > 2 and w[1] < NARROW_CHANNELS:
@@ -101,6 +100,12 @@ def _grouped(node: Node, op: str, view: GraphView) -> bool:
     group = node.attr("group", 1)
     if isinstance(group, int) and group > 1:
         return True
-    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
-    x, w = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)
+    x, w = _input_and_weights(node, view)
     return bool(x and w and len(x) > 1 and len(w) > 1 and op != "ConvTranspose" and w[1] < x[1])
+
+
+def _input_and_weights(node: Node, view: GraphView) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """A convolution's input [N, Cin, ...] and weights [Cout, Cin/group, k...] shapes (a weight may
+    be a graph input or a constant), or (None, None) with fewer than two operands."""
+    shapes = [view.values[v].shape for v in (*node.inputs, *node.const_inputs)]
+    return (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)
