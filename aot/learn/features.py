@@ -9,8 +9,8 @@ under each flag (``MIX_SCALARS``); a plan (``Mode.PLAN`` models) the same per de
 global figures: regions, transfers and the bytes crossing devices. From version 4, the same shares
 per ``Geometry`` (the convolution's or product's shape class) follow; from version 5, the bits of
 the decisions named later (``LATE_DECISIONS``: 256-bit code on an AVX-512 host) and each
-geometry's share under them close each vector. All numbers go
-through ``log1p`` so a tree splits on orders of magnitude. Pure numpy and networkx: a build
+geometry's share under them follow; from version 6, local-sync against the FLOPs of an average
+node (``DISPATCH_SCALARS``) closes each vector. All numbers go through ``log1p`` so a tree splits on orders of magnitude. Pure numpy and networkx: a build
 evaluates these with no learning library installed.
 
 A version only appends columns to the one before it, so a model fitted on an older version reads
@@ -37,7 +37,7 @@ from aot.partition.cost import node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, SupportTable, label
 
-FEATURE_VERSION = 5     # bump when columns are appended below (never moved or removed): see WIDTHS
+FEATURE_VERSION = 6     # bump when columns are appended below (never moved or removed): see WIDTHS
 BUCKETS = 64
 WL_ITERATIONS = 2
 # What a region's compile flags decide, one bit each (lower/flags.py owns the spellings). Regions
@@ -67,8 +67,13 @@ GEOMETRY_SCALARS = (*(f"geometry_{g.name.lower()}" for g in Geometry),
 LATE_BITS = LATE_DECISIONS
 LATE_SCALARS = (*(f"flag_{name}" for name, _ in LATE_BITS),
                 *(f"geometry_{g.name.lower()}_{name}" for g in Geometry for name, _ in LATE_BITS))
-REGION_DIM = len(REGION_SCALARS) + BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS)
-PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS)
+# Appended in version 6: local-sync against the work of an average node. Whether the task pool's
+# hand-offs pay depends on how much each dispatch computes, not on the model's size alone: a
+# 600 us classifier of 236 small nodes ran fastest on local-sync, a 620 us one of fewer, larger
+# convolutions 1.5x slower on it (docs/learned.md, stop 61).
+DISPATCH_SCALARS = ("local_sync_log_flops_per_node",)
+REGION_DIM = len(REGION_SCALARS) + BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS) + len(DISPATCH_SCALARS)
+PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS) + len(DISPATCH_SCALARS)
 NODE_DIM = len(NODE_SCALARS) + BUCKETS
 
 
@@ -86,7 +91,8 @@ def _widths(appended: int) -> Widths:
     return Widths(REGION_DIM - appended, PLAN_DIM - appended, NODE_DIM)
 
 
-WIDTHS = {3: _widths(len(GEOMETRY_SCALARS) + len(LATE_SCALARS)), 4: _widths(len(LATE_SCALARS)),
+WIDTHS = {3: _widths(len(GEOMETRY_SCALARS) + len(LATE_SCALARS) + len(DISPATCH_SCALARS)),
+          4: _widths(len(LATE_SCALARS) + len(DISPATCH_SCALARS)), 5: _widths(len(DISPATCH_SCALARS)),
           FEATURE_VERSION: _widths(0)}
 
 
@@ -182,6 +188,7 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
         r = plan.region(name)
         idx = [at[n] for n in r.nodes]
         bits = bits_of[r.name]
+        sync = local_sync(plan) if r.device == HOST else 0.0
         b = boundary(r.nodes, view)
         in_bytes = sum(view.values[v].nbytes or 0 for v in b.inputs if v in view.values)
         out_bytes = sum(view.values[v].nbytes or 0 for v in b.outputs if v in view.values)
@@ -189,10 +196,10 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             [1.0 if r.device == ACCEL else 0.0],
             np.log1p([codes.flops[idx].sum(), codes.nbytes[idx].sum(), len(idx), codes.compute[idx].sum(),
                       in_bytes, out_bytes]),
-            bits, [local_sync(plan) if r.device == HOST else 0.0],
-            _mix(codes, [(idx, bits)], local_sync(plan) if r.device == HOST else 0.0),
+            bits, [sync], _mix(codes, [(idx, bits)], sync),
             np.log1p(codes.bins[idx].sum(axis=0)), _shares(codes, [(idx, bits)], codes.geometry, len(Geometry)),
-            _extent(codes, idx), late_of[r.name], _late_shares(codes, [(idx, late_of[r.name])])]))
+            _extent(codes, idx), late_of[r.name], _late_shares(codes, [(idx, late_of[r.name])]),
+            [sync * _log_flops_per_node(codes, idx)]]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
         here = device[owner[node.name]]
@@ -229,7 +236,8 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], bits_of: 
                            np.log1p(codes.bins[on[HOST]].sum(axis=0)), np.log1p(codes.bins[on[ACCEL]].sum(axis=0)),
                            _shares(codes, host, codes.geometry, len(Geometry)),
                            _extent(codes, [i for idx, _ in host for i in idx]),
-                           _flag_share(codes, late, host_flops, len(LATE_BITS)), _late_shares(codes, late)])
+                           _flag_share(codes, late, host_flops, len(LATE_BITS)), _late_shares(codes, late),
+                           [local_sync(plan) * _log_flops_per_node(codes, on[HOST])]])
 
 
 def _flag_share(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], flops: float,
@@ -245,6 +253,10 @@ def _flag_share(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarr
 def _late_shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]]) -> np.ndarray:
     """Each geometry's FLOP share under each ``LATE_BITS`` decision."""
     return _shares(codes, parts, codes.geometry, len(Geometry), len(LATE_BITS))[len(Geometry):]
+
+
+def _log_flops_per_node(codes: GraphCodes, idx: Sequence[int]) -> float:
+    return math.log1p(float(codes.flops[idx].sum()) / max(len(idx), 1))
 
 
 def _extent(codes: GraphCodes, idx: Sequence[int]) -> np.ndarray:

@@ -18,8 +18,8 @@ from aot.checks.compare import assert_close
 from aot.errors import AotError
 from aot.learn import evaluate
 from aot.learn.dataset import load_dataset
-from aot.learn.features import (GEOMETRY_SCALARS, LATE_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, encode, node_features,
-                                shape_of)
+from aot.learn.features import (DISPATCH_SCALARS, GEOMETRY_SCALARS, LATE_SCALARS, PLAN_DIM, REGION_DIM, WIDTHS, encode,
+                                node_features, shape_of)
 from aot.learn.geometry import Geometry
 from aot.lower.flags import DATA_TILING, VECTOR_256
 from aot.learn.model import BEFORE_WEIGHTS, PREDICTION_ALONE, ChoiceWeights, LearnedModel, Mode
@@ -310,9 +310,13 @@ def test_each_geometry_is_told_apart_and_closes_the_vectors():
     wide = shape_of(dataclasses.replace(plan, regions=tuple(dataclasses.replace(r, flags=(DATA_TILING, VECTOR_256))
                                                               for r in plan.regions)), view, codes)
     assert wide.regions[0, v4.region] == 1.0 and 0.99 < wide.plan[v4.plan] <= 1.0
-    assert_close(wide.regions[0, v4.region + 1:], shares, rtol=1e-12, atol=1e-12)
-    assert_close(wide.plan[v4.plan + 1:], shares, rtol=1e-12, atol=1e-12)
-    assert (PLAN_DIM, REGION_DIM) == (v4.plan + len(LATE_SCALARS), v4.region + len(LATE_SCALARS))
+    v5 = WIDTHS[5]
+    assert_close(wide.regions[0, v4.region + 1:v5.region], shares, rtol=1e-12, atol=1e-12)
+    assert_close(wide.plan[v4.plan + 1:v5.plan], shares, rtol=1e-12, atol=1e-12)
+    assert (v5.plan, v5.region) == (v4.plan + len(LATE_SCALARS), v4.region + len(LATE_SCALARS))
+    # Version 6's column, local-sync against the work per node, is 0 on local-task.
+    assert (PLAN_DIM, REGION_DIM) == (v5.plan + len(DISPATCH_SCALARS), v5.region + len(DISPATCH_SCALARS))
+    assert not shape.plan[v5.plan:].any() and not wide.regions[0, v5.region:].any()
 
 
 def test_a_model_of_the_previous_feature_version_reads_the_leading_columns(tmp_path):
