@@ -10,8 +10,9 @@ global figures: regions, transfers and the bytes crossing devices. From version 
 per ``Geometry`` (the convolution's or product's shape class) follow; from version 5, the bits of
 the decisions named later (``LATE_DECISIONS``: 256-bit code on an AVX-512 host) and each
 geometry's share under them follow; from version 6, local-sync against the FLOPs of an average
-node (``DISPATCH_SCALARS``) closes each vector. All numbers go through ``log1p`` so a tree splits on orders of magnitude. Pure numpy and networkx: a build
-evaluates these with no learning library installed.
+node (``DISPATCH_SCALARS``) closes each vector. All numbers go through ``log1p`` so a tree splits
+on orders of magnitude. Pure numpy and networkx: a build evaluates these with no learning library
+installed.
 
 A version only appends columns to the one before it, so a model fitted on an older version reads
 the leading columns of today's vectors (``WIDTHS``): retraining one device's model does not

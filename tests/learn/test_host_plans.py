@@ -12,8 +12,8 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from aot import api
-from aot.learn import collect, db as costdb, evaluate
 from aot.checks.compare import assert_close
+from aot.learn import collect, db as costdb, evaluate
 from aot.learn.key import key_of
 from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, encode, shape_of
 from aot.learn.host_plans import CUTS, FLAG_SETS, MIXED_PER_CUT, RUNTIMES, host_plans
