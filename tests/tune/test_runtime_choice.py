@@ -1,0 +1,74 @@
+"""The host runtime choice: each configuration counts by its slowest round (tune/runtime.JUDGE)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from aot.runtime.manifest import HostRuntime
+from aot.runtime.target import Target
+from aot.tune import runtime as choice
+from aot.tune.search import TuneSettings
+from conftest import hostile_manifest
+
+TASK, SYNC = ("local-task", ()), ("local-sync", ())
+
+
+def _manifest():
+    m = hostile_manifest("a")
+    assert all(r.target == Target.host() for r in m.regions)
+    return m
+
+
+def _choose(tmp_path, monkeypatch, rounds: dict[tuple[str, tuple[str, ...]], list[float]]):
+    """Run the choice with probes that answer each configuration's rounds in turn."""
+    monkeypatch.setattr(choice, "configurations", lambda cores: tuple(rounds))
+    left = {k: list(v) for k, v in rounds.items()}
+    asked: list[tuple[str, tuple[str, ...]]] = []
+
+    def probe(request):
+        key = (request["driver"], tuple(request["flags"]))
+        asked.append(key)
+        return [{"event": "timed", "medians_us": {"run": left[key].pop(0)}}], None
+
+    monkeypatch.setattr(choice, "run_probe", probe)
+    chosen, measured = choice.choose_host_runtime(tmp_path / "bundle", _manifest(), tmp_path / "cache",
+                                                  TuneSettings(repeats=5, accel_timeout=1.0, segments=0))
+    assert all(not v for v in left.values()) and len(asked) == choice.ROUNDS * len(rounds)
+    assert all(math.isfinite(us) for _, us in measured)
+    return chosen, dict(measured)
+
+
+def test_a_runtime_fast_in_two_rounds_and_slow_in_one_loses_to_one_that_holds_still(tmp_path, monkeypatch):
+    # local-task's median (400 us) beats local-sync's 600; its slow round (1,000 us, the second
+    # core taken away) does not: the median rule would ship local-task.
+    chosen, measured = _choose(tmp_path, monkeypatch, {TASK: [400.0, 1000.0, 400.0], SYNC: [600.0, 600.0, 600.0]})
+    assert chosen == HostRuntime("local-sync", ())
+    assert measured == {"local-task": 1000.0, "local-sync": 600.0}
+
+
+def test_a_runtime_fast_in_every_round_is_chosen_and_the_choice_is_cached(tmp_path, monkeypatch):
+    chosen, measured = _choose(tmp_path, monkeypatch, {TASK: [400.0, 450.0, 420.0], SYNC: [600.0, 590.0, 610.0]})
+    assert chosen == HostRuntime("local-task", ()) and measured == {"local-task": 450.0, "local-sync": 610.0}
+    records = list((tmp_path / "cache" / "runtime").glob("*.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["runtime"]["driver"] == "local-task"
+
+    def forbidden(request):
+        raise AssertionError("a cached choice is not measured again")
+
+    monkeypatch.setattr(choice, "run_probe", forbidden)
+    again = choice.choose_host_runtime(tmp_path / "bundle", _manifest(), tmp_path / "cache",
+                                       TuneSettings(repeats=5, accel_timeout=1.0, segments=0))
+    assert again == (chosen, tuple(measured.items()))
+
+
+def test_no_host_region_means_no_choice(tmp_path, monkeypatch):
+    m = _manifest()
+    accel = dataclasses.replace(m, regions=tuple(dataclasses.replace(r, target=Target.parse("vulkan"))
+                                                 for r in m.regions))
+    monkeypatch.setattr(choice, "run_probe", lambda request: pytest.fail("nothing to time"))
+    assert choice.choose_host_runtime(tmp_path, accel, tmp_path / "cache",
+                                      TuneSettings(repeats=5, accel_timeout=1.0, segments=0)) == (None, ())
