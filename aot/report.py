@@ -232,7 +232,7 @@ def tuning_text(m: Manifest, rec: BuildRecord) -> str:
     if m.host_runtime:
         rt = m.host_runtime
         measured = ", ".join(f"{k}: {_us(v)}" for k, v in rec.host_runtime_measured)
-        lines.append(f"host runtime: {rt.label}" + (f" (slowest round of each: {measured})" if measured else ""))
+        lines.append(f"host runtime: {rt.label}" + (f" ({measured})" if measured else ""))
     return "\n".join(lines)
 
 

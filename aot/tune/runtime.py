@@ -2,14 +2,14 @@
 how many is ``--task_topology_max_group_count``) or local-sync (work runs on the calling
 thread). Small models lose more to waking workers than they gain from them; large ones gain.
 Chosen by timing whole runs of the bundle under each configuration, one probe process per
-configuration (runtime flags are process-wide), in rounds whose order rotates; each
-configuration counts by its slowest round (``JUDGE``)."""
+configuration (runtime flags are process-wide), in rounds whose order rotates."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +25,6 @@ from aot.tune.search import TuneSettings, device_identity, run_probe
 from aot.runtime.atomic import write_json
 
 ROUNDS = 3
-# Each configuration is judged by its slowest round, not by its median. On a shared host the second
-# core comes and goes over seconds to minutes, and a local-task bundle whose worker lands on a busy
-# core waits at every hand-off: the openWakeWord embedding ran 0.47 ms in one state and 1.09 ms in
-# the other, on local-sync 0.66 in both (docs/performance.md, stop 61). A deploy contract should
-# hold in the worse state. Held out on the learned database's three side-by-side rounds (chosen on
-# two, scored on the third, 21 models), the slowest-round rule lost 3.3% against the held-out
-# round's faster runtime, the median 5.0%.
-JUDGE = max
 
 
 def configurations(cores: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -48,19 +40,19 @@ class HostRuntimeChoice:
     """The configuration the deploy contract gets, and the measurements behind it (build record)."""
 
     runtime: HostRuntime
-    measured: tuple[tuple[str, float], ...] = field(as_map=True)   # (configuration, us of a whole run: JUDGE of rounds)
+    measured: tuple[tuple[str, float], ...] = field(as_map=True)   # (configuration, median us of a whole run)
 
 
 def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, settings: TuneSettings,
                         progress: Callable[[str], None] = lambda s: None
                         ) -> tuple[HostRuntime | None, tuple[tuple[str, float], ...]]:
-    """The fastest configuration for the bundle by its slowest round (``JUDGE``) and every
-    configuration's slowest round; (None, ()) when no region runs on the CPU or none ran."""
+    """The fastest configuration for the bundle and every configuration's median; (None, ())
+    when no region runs on the CPU or none ran."""
     if not any(r.target.is_host for r in manifest.regions):
         return None, ()
     configs = configurations(os.cpu_count() or 1)
     parts = [*(r.sha256 for r in manifest.regions), json.dumps(configs), device_identity("local-task"),
-             f"{settings.repeats}/{settings.warmup}/{ROUNDS}", "choice-v3"]
+             f"{settings.repeats}/{settings.warmup}/{ROUNDS}", "choice-v2"]
     record = cache / "runtime" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
     if record.exists():
         cached = codec.decode(HostRuntimeChoice, json.loads(record.read_text()))
@@ -83,7 +75,7 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
                     samples[i].append(next(e for e in events if e["event"] == "timed")["medians_us"]["run"])
                 else:
                     progress(f"runtime  {' '.join((driver, *flags))} failed: {error}")
-    measured = {i: JUDGE(s) for i, s in samples.items() if s}
+    measured = {i: statistics.median(s) for i, s in samples.items() if s}
     if not measured:
         return None, ()
     best = min(measured, key=measured.__getitem__)

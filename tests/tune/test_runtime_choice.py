@@ -1,4 +1,4 @@
-"""The host runtime choice: each configuration counts by its slowest round (tune/runtime.JUDGE)."""
+"""The host runtime choice: each configuration counts by the median of its probe rounds."""
 
 from __future__ import annotations
 
@@ -42,19 +42,21 @@ def _choose(tmp_path, monkeypatch, rounds: dict[tuple[str, tuple[str, ...]], lis
     return chosen, dict(measured)
 
 
-def test_a_runtime_fast_in_two_rounds_and_slow_in_one_loses_to_one_that_holds_still(tmp_path, monkeypatch):
-    # local-task's median (400 us) beats local-sync's 600; its slow round (1,000 us, the second
-    # core taken away) does not: the median rule would ship local-task.
+def test_one_slow_round_does_not_move_the_choice(tmp_path, monkeypatch):
+    # local-task's second round is slow (the shared host's second core taken away); its median,
+    # 400 us, still beats local-sync's 600. Judging by the slowest round instead was tried and put
+    # a 30 ms detector on one worker group on the strength of one such round (docs/performance.md,
+    # stop 61).
     chosen, measured = _choose(tmp_path, monkeypatch, {TASK: [400.0, 1000.0, 400.0], SYNC: [600.0, 600.0, 600.0]})
-    assert chosen == HostRuntime("local-sync", ())
-    assert measured == {"local-task": 1000.0, "local-sync": 600.0}
+    assert chosen == HostRuntime("local-task", ())
+    assert measured == {"local-task": 400.0, "local-sync": 600.0}
 
 
-def test_a_runtime_fast_in_every_round_is_chosen_and_the_choice_is_cached(tmp_path, monkeypatch):
-    chosen, measured = _choose(tmp_path, monkeypatch, {TASK: [400.0, 450.0, 420.0], SYNC: [600.0, 590.0, 610.0]})
-    assert chosen == HostRuntime("local-task", ()) and measured == {"local-task": 450.0, "local-sync": 610.0}
+def test_the_faster_median_is_chosen_and_the_choice_is_cached(tmp_path, monkeypatch):
+    chosen, measured = _choose(tmp_path, monkeypatch, {TASK: [700.0, 650.0, 720.0], SYNC: [600.0, 590.0, 610.0]})
+    assert chosen == HostRuntime("local-sync", ()) and measured == {"local-task": 700.0, "local-sync": 600.0}
     records = list((tmp_path / "cache" / "runtime").glob("*.json"))
-    assert len(records) == 1 and json.loads(records[0].read_text())["runtime"]["driver"] == "local-task"
+    assert len(records) == 1 and json.loads(records[0].read_text())["runtime"]["driver"] == "local-sync"
 
     def forbidden(request):
         raise AssertionError("a cached choice is not measured again")
