@@ -119,6 +119,12 @@ def topk_regret(predicted: Sequence[float] | np.ndarray, measured: Sequence[floa
     return float(b[order[:k]].min() / b.min() - 1.0)
 
 
+def score(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> Score:
+    """Kendall's tau, top-1 and top-3 regret of ``predicted`` against ``measured``."""
+    p, m = predicted, measured
+    return Score(kendall_tau(p, m), top1_regret(p, m), topk_regret(p, m, 3))
+
+
 def one_timing(plans: Sequence[MeasuredPlan]) -> Score | None:
     """Each side-by-side round of ``plans`` scored against the median of the other rounds, averaged
     over the rounds; None unless every plan has at least two rows."""
@@ -126,11 +132,7 @@ def one_timing(plans: Sequence[MeasuredPlan]) -> Score | None:
     if rounds < 2:
         return None
     times = np.array([p.samples_us[:rounds] for p in plans])
-    scores = []
-    for j in range(rounds):
-        one, others = times[:, j], np.median(np.delete(times, j, axis=1), axis=1)
-        scores.append((kendall_tau(one, others), top1_regret(one, others), topk_regret(one, others, 3)))
-    return Score(*(float(v) for v in np.mean(scores, axis=0)))
+    return mean_score([score(times[:, j], np.median(np.delete(times, j, axis=1), axis=1)) for j in range(rounds)])
 
 
 def best_class(g: GraphData) -> str:
@@ -170,8 +172,7 @@ def evaluate(data: Dataset, choice: ModeChoice = ModeChoice.AUTO, progress: Call
             Predictor.ACCEL_SHARE: np.array([1.0 - accel_share(s) for s in shapes]),
             Predictor.ALL_HOST: np.array([_untuned_host_rank(p.plan, g.view) for p in plans]),
         }
-        scores = tuple((k, Score(kendall_tau(v, measured), top1_regret(v, measured), topk_regret(v, measured, 3)))
-                       for k, v in predictions.items())
+        scores = tuple((k, score(v, measured)) for k, v in predictions.items())
         held.append(HeldOut(g.model, len(plans), scores, narrowing(g, model), one_timing(plans)))
         progress(f"eval  {g.model}: {len(plans)} plan(s), learned tau {held[-1].score(Predictor.LEARNED).tau:.2f}")
     classes: dict[str, int] = {}
