@@ -68,14 +68,18 @@ def _medians(ort, tuned):
     return {ORT: ort, corpus_bench.ORT1: ort, DEFAULT: tuned, TUNED: tuned}
 
 
+def _timed(medians, checks_us=1.0, contended=None):
+    return corpus_bench.Timed(medians, checks_us, {}, contended)
+
+
 def test_a_sub_millisecond_model_is_timed_three_times_and_reported_by_its_median_run():
-    runs = iter([(_medians(0.1, 0.15), 1.0), (_medians(0.1, 0.30), 2.0), (_medians(0.1, 0.12), 3.0)])
+    runs = iter([_timed(_medians(0.1, 0.15), 1.0), _timed(_medians(0.1, 0.30), 2.0), _timed(_medians(0.1, 0.12), 3.0)])
     timed = corpus_bench._timed_runs(lambda: next(runs))
     assert len(timed) == corpus_bench.SUB_MS_RUNS == 3
-    assert [t[0][TUNED] for t in timed] == [0.12, 0.15, 0.30]        # sorted by tuned / ort: the middle is the median
-    slow = iter([(_medians(2.0, 3.0), 1.0), (_medians(2.0, 9.0), 1.0)])
-    assert [t[0][TUNED] for t in corpus_bench._timed_runs(lambda: next(slow))] == [3.0]   # 1 ms or more: one run
-    row = {**_row("mtcnn-rnet", "zoo", 1.5), "runs": [corpus_bench._ratios(t[0]) for t in timed]}
+    assert [t.medians_ms[TUNED] for t in timed] == [0.12, 0.15, 0.30]   # sorted by tuned / ort: the middle is the median
+    slow = iter([_timed(_medians(2.0, 3.0)), _timed(_medians(2.0, 9.0))])
+    assert [t.medians_ms[TUNED] for t in corpus_bench._timed_runs(lambda: next(slow))] == [3.0]   # 1 ms or more: one run
+    row = {**_row("mtcnn-rnet", "zoo", 1.5), "runs": [corpus_bench._ratios(t.medians_ms) for t in timed]}
     text = corpus_bench.text({"machine": {"cpu": "cpu", "cores": 2}, "iterations": 30, "models": [row],
                               "geomean": {}})
     assert "tuned/ort over 3 runs: 1.20-3.00" in text
@@ -84,4 +88,31 @@ def test_a_sub_millisecond_model_is_timed_three_times_and_reported_by_its_median
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0])
 def test_a_median_that_is_not_a_time_fails_the_row(bad):
     with pytest.raises(AotError, match="not a positive finite time"):
-        corpus_bench._timed_runs(lambda: (_medians(2.0, bad), 1.0))
+        corpus_bench._timed_runs(lambda: _timed(_medians(2.0, bad)))
+    with pytest.raises(AotError, match="not a positive finite time"):     # a contended median too
+        corpus_bench._timed_runs(lambda: _timed(_medians(2.0, 3.0), contended=_medians(2.0, bad)))
+
+
+def _split(uncontended_turns, contended_turns):
+    """Turns where the tuned bundle took 1 ms when the second core answered and 3 ms when not."""
+    from aot.checks.host_state import ByState
+
+    return ByState({c: [1e-3] * uncontended_turns for c in CONTENDERS}, {c: [3e-3] * contended_turns for c in CONTENDERS},
+                   (1.6,) * uncontended_turns + (1.1,) * contended_turns)
+
+
+def test_a_row_is_the_uncontended_turns_with_the_contended_beside():
+    medians, state, contended = corpus_bench._by_state(_split(20, 10), iterations=30)
+    assert medians[TUNED] == pytest.approx(1.0) and contended[TUNED] == pytest.approx(3.0)
+    assert state["timed_in"] == "uncontended" and (state["turns_uncontended"], state["turns_contended"]) == (20, 10)
+    row = {**_row("mtcnn-rnet", "zoo", 1.0), "host_state": state, "ratios_contended": corpus_bench._ratios(contended)}
+    assert "[20 of 30 turns uncontended; contended turns: tuned/ort 1.00]" in corpus_bench._state_text(row)
+
+
+def test_a_mostly_contended_run_reports_every_turn_and_says_so():
+    medians, state, contended = corpus_bench._by_state(_split(4, 86), iterations=30)
+    assert medians[TUNED] == pytest.approx(3.0)                       # the median of all 90 turns
+    assert state["timed_in"] != "uncontended" and contended[TUNED] == pytest.approx(3.0)
+    assert "medians over every turn" in corpus_bench._state_text({**_row("x", "zoo", 1.0), "host_state": state})
+    few = corpus_bench._by_state(_split(28, corpus_bench.MIN_CONTENDED_TURNS - 1), iterations=30)
+    assert few[2] is None                                              # too few contended turns: none beside
