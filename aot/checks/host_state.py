@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -32,6 +32,11 @@ YARD, YARD1 = "yardstick", "yardstick 1 thread"
 # answering state, 1.09-1.13 in the other. The threshold sits between them.
 CONTENDED_BELOW = 1.35
 CHANNELS, SIDE, LAYERS, SEED = 16, 16, 16, 0
+# Turns timed at most, as a multiple of the iterations, waiting for that many uncontended ones.
+MAX_TURNS_FACTOR = 3
+# Fewer uncontended turns than half the iterations: the medians are every turn's, and say so.
+# Fewer contended turns than this: no contended medians beside.
+MIN_CONTENDED_TURNS = 5
 
 
 def yardstick_model() -> tuple[bytes, dict[str, np.ndarray]]:
@@ -110,3 +115,40 @@ def interleaved_by_state(contenders: Sequence[tuple[str, timing.Call]], schedule
 
 def median_speedup(split: ByState) -> float:
     return statistics.median(split.speedups)
+
+
+@dataclass(frozen=True, slots=True)
+class Medians:
+    """A benchmark's medians (ms per contender) by the host's state."""
+    headline: dict[str, float]               # the uncontended turns' (every turn's where too few were)
+    state: dict[str, Any]                    # turns in each state, the yardstick's median speedup
+    contended: dict[str, float] | None       # the contended turns', where there were enough
+
+
+def medians_by_state(split: ByState, iterations: int) -> Medians:
+    uncontended, contended = split.turns
+    answered = uncontended >= max(1, iterations // 2)
+    headline = split.uncontended if answered else {n: split.uncontended[n] + split.contended[n] for n in split.uncontended}
+    state = {"timed_in": "uncontended" if answered else "every turn (the second core mostly contended)",
+             "turns_uncontended": uncontended, "turns_contended": contended,
+             "yardstick_speedup": round(median_speedup(split), 3)}
+    return Medians(_rounded(timing.medians_ms(headline)), state,
+                   _rounded(timing.medians_ms(split.contended)) if contended >= MIN_CONTENDED_TURNS else None)
+
+
+def timed_by_state(contenders: Sequence[tuple[str, timing.Call]], iterations: int, warmup: int) -> Medians:
+    """``contenders`` timed on the ``FAIR`` schedule with the yardstick in every turn (onnxruntime
+    spins: idle first), waiting for uncontended turns up to ``MAX_TURNS_FACTOR`` times the
+    iterations."""
+    split = interleaved_by_state(contenders, timing.FAIR.with_counts(warmup, iterations), yardstick(),
+                                 MAX_TURNS_FACTOR * iterations)
+    return medians_by_state(split, iterations)
+
+
+def state_text(state: Mapping[str, Any]) -> str:
+    text = f"{state['turns_uncontended']} of {state['turns_uncontended'] + state['turns_contended']} turns uncontended"
+    return text + (", medians over every turn" if state["timed_in"] != "uncontended" else "")
+
+
+def _rounded(medians: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in medians.items()}

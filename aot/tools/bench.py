@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from aot import runtime
-from aot.checks import reference, timing
+from aot.checks import host_state, reference
 from aot.checks.compare import compare
 from aot.errors import AotError
 from aot.options import BuildOptions
@@ -27,13 +27,15 @@ class BenchResult:
     model: str
     regions: int
     iterations: int
-    medians_ms: tuple[tuple[str, float], ...]
+    medians_ms: tuple[tuple[str, float], ...]   # the uncontended turns' (checks/host_state.py)
+    state: str = ""                              # how many turns were uncontended
 
     def median(self, name: str) -> float:
         return dict(self.medians_ms)[name]
 
     def text(self) -> str:
-        lines = [f"model {self.model}: {self.regions} region(s), {self.iterations} interleaved iterations"]
+        lines = [f"model {self.model}: {self.regions} region(s), {self.iterations} interleaved iterations"
+                 + (f" ({self.state})" if self.state else "")]
         lines += [f"  {name:28s} median {ms:9.3f} ms" for name, ms in self.medians_ms]
         b, w, o = self.median("bundle (all regions on host)"), self.median("whole model (llvm-cpu)"), self.median("onnxruntime (cpu)")
         bare = self.median(BARE)
@@ -67,10 +69,11 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
         # A fast wrong answer is not a result; onnxruntime's (last) is the reference.
         _same_answers([f() for name, f in contenders if name != "onnxruntime (cpu)"]
                       + [ort_session.run(names, inputs)])
-        # onnxruntime's workers spin after each run and would slow whoever runs next: FAIR idles first.
-        times = timing.interleaved(contenders, timing.FAIR.with_counts(warmup, iterations))
-    medians = tuple(timing.medians_ms(times).items())
-    return BenchResult(manifest.model.name, len(manifest.regions), iterations, medians)
+        # onnxruntime's workers spin after each run and would slow whoever runs next: FAIR idles
+        # first; the host-state yardstick in every turn.
+        medians = host_state.timed_by_state(contenders, iterations, warmup)
+    return BenchResult(manifest.model.name, len(manifest.regions), iterations, tuple(medians.headline.items()),
+                       host_state.state_text(medians.state))
 
 
 def _bare_call(session: runtime.Session | runtime.BucketedSession,

@@ -44,11 +44,6 @@ CONTENDERS = (ORT, ORT1, DEFAULT, TUNED)
 # A model whose medians are under a millisecond moves by 30-50% between runs on a shared machine:
 # it is timed this many times, its medians are the median run's, and its row keeps every run.
 SUB_MS_RUNS = 3
-# Turns timed at most, as a multiple of the iterations, waiting for that many uncontended ones.
-MAX_TURNS_FACTOR = 3
-# Fewer uncontended turns than half the iterations: the row's medians are every turn's, marked.
-# Fewer contended turns than this: no contended medians beside.
-MIN_CONTENDED_TURNS = 5
 
 
 class Suite(TextEnum):
@@ -169,22 +164,6 @@ def _geomeans(rows: list[dict[str, Any]], key: str = "ratios") -> dict[str, floa
     return {k: _geomean([r[key][k] for r in rows]) for k in rows[0][key]} if rows else {}
 
 
-def _by_state(split: host_state.ByState, iterations: int) -> tuple[dict[str, float], dict[str, Any], dict[str, float] | None]:
-    """(headline medians, the state record, contended medians or None) of one run's turns."""
-    uncontended, contended = split.turns
-    answered = uncontended >= max(1, iterations // 2)
-    headline = split.uncontended if answered else {n: split.uncontended[n] + split.contended[n] for n in split.uncontended}
-    state = {"timed_in": "uncontended" if answered else "every turn (the second core mostly contended)",
-             "turns_uncontended": uncontended, "turns_contended": contended,
-             "yardstick_speedup": round(host_state.median_speedup(split), 3)}
-    return (_rounded(timing.medians_ms(headline)), state,
-            _rounded(timing.medians_ms(split.contended)) if contended >= MIN_CONTENDED_TURNS else None)
-
-
-def _rounded(medians: dict[str, float]) -> dict[str, float]:
-    return {k: round(v, 4) for k, v in medians.items()}
-
-
 def _time_model(model: BenchModel, default: Path, tuned: Path, iterations: int, warmup: int) -> Timed:
     with runtime.load(default) as a, runtime.load(tuned) as b:
         manifest = a.manifest
@@ -197,13 +176,10 @@ def _time_model(model: BenchModel, default: Path, tuned: Path, iterations: int, 
         contenders = [(ORT, lambda: ort.run(names, ort_inputs)), (ORT1, lambda: ort1.run(names, ort_inputs)),
                       (DEFAULT, lambda: a.run(inputs)), (TUNED, lambda: b.run(inputs))]
         _same_answers([f() for _, f in reversed(contenders)])  # a fast wrong answer is not a result
-        # Every order of the contenders and the yardstick's two, each turn the next; idle first:
-        # onnxruntime's workers spin.
-        split = host_state.interleaved_by_state(contenders, timing.FAIR.with_counts(warmup, iterations),
-                                                host_state.yardstick(), MAX_TURNS_FACTOR * iterations)
+        # Every order of the contenders and the yardstick's two, each turn the next.
+        medians = host_state.timed_by_state(contenders, iterations, warmup)
         checks_us = _index_checks_us(b.manifest, inputs)
-    medians, state, contended = _by_state(split, iterations)
-    return Timed(medians, checks_us, state, contended)
+    return Timed(medians.headline, checks_us, medians.state, medians.contended)
 
 
 def _index_checks_us(manifest: Manifest, inputs: dict[str, np.ndarray], repeats: int = 500) -> float:
@@ -255,9 +231,7 @@ def _state_text(row: dict) -> str:
     state = row.get("host_state")
     if not state:
         return ""
-    text = f" [{state['turns_uncontended']} of {state['turns_uncontended'] + state['turns_contended']} turns uncontended"
-    if state["timed_in"] != "uncontended":
-        text += ", medians over every turn"
+    text = " [" + host_state.state_text(state)
     if "ratios_contended" in row:
         text += f"; contended turns: tuned/ort {row['ratios_contended'][f'{TUNED} / {ORT}']:.2f}"
     return text + "]"

@@ -4,11 +4,13 @@ a second run resumes from the rows the first kept."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from aot import api
+from aot.checks import host_state
 from aot.errors import AotError
 from aot.models import corpus, zoo
 from aot.tools import corpus_bench
@@ -95,14 +97,12 @@ def test_a_median_that_is_not_a_time_fails_the_row(bad):
 
 def _split(uncontended_turns, contended_turns):
     """Turns where the tuned bundle took 1 ms when the second core answered and 3 ms when not."""
-    from aot.checks.host_state import ByState
-
-    return ByState({c: [1e-3] * uncontended_turns for c in CONTENDERS}, {c: [3e-3] * contended_turns for c in CONTENDERS},
+    return host_state.ByState({c: [1e-3] * uncontended_turns for c in CONTENDERS}, {c: [3e-3] * contended_turns for c in CONTENDERS},
                    (1.6,) * uncontended_turns + (1.1,) * contended_turns)
 
 
 def test_a_row_is_the_uncontended_turns_with_the_contended_beside():
-    medians, state, contended = corpus_bench._by_state(_split(20, 10), iterations=30)
+    medians, state, contended = dataclasses.astuple(host_state.medians_by_state(_split(20, 10), iterations=30))
     assert medians[TUNED] == pytest.approx(1.0) and contended[TUNED] == pytest.approx(3.0)
     assert state["timed_in"] == "uncontended" and (state["turns_uncontended"], state["turns_contended"]) == (20, 10)
     row = {**_row("mtcnn-rnet", "zoo", 1.0), "host_state": state, "ratios_contended": corpus_bench._ratios(contended)}
@@ -110,9 +110,18 @@ def test_a_row_is_the_uncontended_turns_with_the_contended_beside():
 
 
 def test_a_mostly_contended_run_reports_every_turn_and_says_so():
-    medians, state, contended = corpus_bench._by_state(_split(4, 86), iterations=30)
+    medians, state, contended = dataclasses.astuple(host_state.medians_by_state(_split(4, 86), iterations=30))
     assert medians[TUNED] == pytest.approx(3.0)                       # the median of all 90 turns
     assert state["timed_in"] != "uncontended" and contended[TUNED] == pytest.approx(3.0)
     assert "medians over every turn" in corpus_bench._state_text({**_row("x", "zoo", 1.0), "host_state": state})
-    few = corpus_bench._by_state(_split(28, corpus_bench.MIN_CONTENDED_TURNS - 1), iterations=30)
-    assert few[2] is None                                              # too few contended turns: none beside
+    few = host_state.medians_by_state(_split(28, host_state.MIN_CONTENDED_TURNS - 1), iterations=30)
+    assert few.contended is None                                              # too few contended turns: none beside
+
+
+def test_the_single_model_bench_says_which_turns_its_medians_are():
+    from aot.tools.bench import BARE, BenchResult
+
+    medians = host_state.medians_by_state(_split(4, 86), iterations=30)
+    names = ("bundle (all regions on host)", "whole model (llvm-cpu)", "onnxruntime (cpu)", BARE)
+    result = BenchResult("m", 1, 30, tuple((n, 1.0) for n in names), host_state.state_text(medians.state))
+    assert "30 interleaved iterations (4 of 90 turns uncontended, medians over every turn)" in result.text()
