@@ -127,3 +127,19 @@ def test_without_pruning_every_contender_runs_every_turn_and_a_ratio_must_exceed
     with pytest.raises(ValueError):
         timing.Schedule(prune_after=2, prune_ratio=1.0)
     assert timing.FAIR.with_counts(1, 2).prune_after == 0 and timing.FAIR.with_counts(1, 2).idle_s == timing.IDLE_S
+
+
+@pytest.mark.parametrize("n", [4, 5, 6, 7])
+def test_permuted_turns_balance_places_and_predecessors_within_a_few_turns(n):
+    clock, calls = FakeClock(), []
+    names = "abcdefg"[:n]
+    contenders = [(x, clock.contender(calls, x, 0.001)) for x in names]
+    cycle = n if n % 2 == 0 else 2 * n        # a benchmark times 30 turns: far fewer than n! for n > 4
+    timing.interleaved(contenders, timing.Schedule(warmup=0, iterations=cycle, order=timing.Order.PERMUTE),
+                       clock, clock.sleep)
+    turns = [calls[i:i + n] for i in range(0, len(calls), n)]
+    places = Counter((x, k) for turn in turns for k, x in enumerate(turn))
+    after = Counter((x, y) for turn in turns for x, y in zip(turn, turn[1:]))
+    assert all(sorted(turn) == list(names) for turn in turns)
+    assert len(places) == n * n and len(set(places.values())) == 1       # every place, equally often
+    assert len(after) == n * (n - 1) and len(set(after.values())) == 1   # every predecessor, equally often
