@@ -147,7 +147,7 @@ def timed_by_state(contenders: Sequence[tuple[str, timing.Call]], iterations: in
 
 def state_text(state: Mapping[str, Any]) -> str:
     text = f"{state['turns_uncontended']} of {state['turns_uncontended'] + state['turns_contended']} turns uncontended"
-    return text + (", medians over every turn" if state["timed_in"] != "uncontended" else "")
+    return text + (", every turn counted" if state["timed_in"] != "uncontended" else "")
 
 
 def _rounded(medians: dict[str, float]) -> dict[str, float]:

@@ -113,7 +113,7 @@ def test_a_mostly_contended_run_reports_every_turn_and_says_so():
     medians, state, contended = dataclasses.astuple(host_state.medians_by_state(_split(4, 86), iterations=30))
     assert medians[TUNED] == pytest.approx(3.0)                       # the median of all 90 turns
     assert state["timed_in"] != "uncontended" and contended[TUNED] == pytest.approx(3.0)
-    assert "medians over every turn" in corpus_bench._state_text({**_row("x", "zoo", 1.0), "host_state": state})
+    assert "every turn counted" in corpus_bench._state_text({**_row("x", "zoo", 1.0), "host_state": state})
     few = host_state.medians_by_state(_split(28, host_state.MIN_CONTENDED_TURNS - 1), iterations=30)
     assert few.contended is None                                              # too few contended turns: none beside
 
@@ -124,4 +124,4 @@ def test_the_single_model_bench_says_which_turns_its_medians_are():
     medians = host_state.medians_by_state(_split(4, 86), iterations=30)
     names = ("bundle (all regions on host)", "whole model (llvm-cpu)", "onnxruntime (cpu)", BARE)
     result = BenchResult("m", 1, 30, tuple((n, 1.0) for n in names), host_state.state_text(medians.state))
-    assert "30 interleaved iterations (4 of 90 turns uncontended, medians over every turn)" in result.text()
+    assert "30 interleaved iterations (4 of 90 turns uncontended, every turn counted)" in result.text()
