@@ -132,8 +132,8 @@ def medians_by_state(split: ByState, iterations: int) -> Medians:
     state = {"timed_in": "uncontended" if answered else "every turn (the second core mostly contended)",
              "turns_uncontended": uncontended, "turns_contended": contended,
              "yardstick_speedup": round(median_speedup(split), 3)}
-    return Medians(_rounded(timing.medians_ms(headline)), state,
-                   _rounded(timing.medians_ms(split.contended)) if contended >= MIN_CONTENDED_TURNS else None)
+    return Medians(timing.medians_ms(headline), state,
+                   timing.medians_ms(split.contended) if contended >= MIN_CONTENDED_TURNS else None)
 
 
 def timed_by_state(contenders: Sequence[tuple[str, timing.Call]], iterations: int, warmup: int) -> Medians:
@@ -148,7 +148,3 @@ def timed_by_state(contenders: Sequence[tuple[str, timing.Call]], iterations: in
 def state_text(state: Mapping[str, Any]) -> str:
     text = f"{state['turns_uncontended']} of {state['turns_uncontended'] + state['turns_contended']} turns uncontended"
     return text + (", every turn counted" if state["timed_in"] != "uncontended" else "")
-
-
-def _rounded(medians: dict[str, float]) -> dict[str, float]:
-    return {k: round(v, 4) for k, v in medians.items()}

@@ -179,7 +179,13 @@ def _time_model(model: BenchModel, default: Path, tuned: Path, iterations: int, 
         # Every order of the contenders and the yardstick's two, each turn the next.
         medians = host_state.timed_by_state(contenders, iterations, warmup)
         checks_us = _index_checks_us(b.manifest, inputs)
-    return Timed(medians.headline, checks_us, medians.state, medians.contended)
+    return Timed(_rounded(medians.headline), checks_us, medians.state,
+                 _rounded(medians.contended) if medians.contended else None)
+
+
+def _rounded(medians: dict[str, float]) -> dict[str, float]:
+    """To 0.1 us: the row's JSON, not the timing, is where precision stops mattering."""
+    return {k: round(v, 4) for k, v in medians.items()}
 
 
 def _index_checks_us(manifest: Manifest, inputs: dict[str, np.ndarray], repeats: int = 500) -> float:
