@@ -43,8 +43,8 @@ def _choose(tmp_path, monkeypatch, rounds: dict[tuple[str, tuple[str, ...]], lis
 
 
 def test_one_slow_round_does_not_move_the_choice(tmp_path, monkeypatch):
-    # local-task's second round is slow (the shared host's second core taken away); its median,
-    # 400 us, still beats local-sync's 600. Judging by the slowest round instead was tried and put
+    # local-task's second round is slow (the shared host's contended state, docs/performance.md,
+    # stop 62); its median, 400 us, still beats local-sync's 600. Judging by the slowest round instead was tried and put
     # a 30 ms detector on one worker group on the strength of one such round (docs/performance.md,
     # stop 61).
     chosen, measured = _choose(tmp_path, monkeypatch, {TASK: [400.0, 1000.0, 400.0], SYNC: [600.0, 600.0, 600.0]})
