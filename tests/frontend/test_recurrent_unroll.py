@@ -1,5 +1,6 @@
-"""A standard ONNX LSTM or GRU over a short static sequence is unrolled with one input product per
-direction, and computes onnxruntime's: forward, reverse and bidirectional, with and without
+"""A standard ONNX LSTM or GRU over a short static sequence is unrolled with one input product (a
+bidirectional node's two directions stepped together, as batched products), and computes
+onnxruntime's: forward, reverse and bidirectional, with and without
 initial states and full-length sequence lengths, any subset of its outputs, a GRU with and without
 ``linear_before_reset``; its weights go with it. Peepholes, clip, another layout, other
 activations, short sequence lengths and long sequences are left alone; host builds of a
@@ -73,6 +74,13 @@ def _run(model: onnx.ModelProto, optimize: bool = True) -> list[np.ndarray]:
     return reference.session(model.SerializeToString(), optimize=optimize).run(None, feed)
 
 
+def _products(ops: list[str], direction: str) -> int:
+    """The unrolled node's matrix products: a bidirectional node's are batched over both directions
+    (MatMul over [2, ...]), one chain of steps for the two; a single direction's are Gemms."""
+    assert ops.count("MatMul" if direction != "bidirectional" else "Gemm") == 0
+    return ops.count("MatMul") + ops.count("Gemm")
+
+
 CASES = list(itertools.product(("forward", "reverse", "bidirectional"), (False, True), (None, STEPS),
                                (("Y", "Y_h", "Y_c"), ("Y_h",), ("Y",))))
 
@@ -88,9 +96,8 @@ def test_the_unrolled_lstm_computes_onnxruntimes(direction, states, lengths, out
     onnx.checker.check_model(unrolled, full_check=True)
     ops = [n.op_type for n in unrolled.graph.node]
     assert "LSTM" not in ops and {"W", "R", "B"}.isdisjoint(t.name for t in unrolled.graph.initializer)
-    directions = 2 if direction == "bidirectional" else 1
-    # one input product per direction, one recurrent product per step after a zero state's first
-    assert ops.count("Gemm") == directions * (1 + STEPS - (0 if states else 1))
+    # one input product, one recurrent product per step after a zero state's first
+    assert _products(ops, direction) == 1 + STEPS - (0 if states else 1)
     want, got = _run(model), _run(unrolled, optimize=False)
     assert len(got) == len(want) == len(outputs)
     for g, w in zip(got, want):
@@ -110,10 +117,10 @@ def test_the_unrolled_gru_computes_onnxruntimes(direction, states, reset_first, 
     onnx.checker.check_model(result.model, full_check=True)
     ops = [n.op_type for n in result.model.graph.node]
     assert "GRU" not in ops and {"W", "R", "B"}.isdisjoint(t.name for t in result.model.graph.initializer)
-    directions, recurrent_steps = (2 if direction == "bidirectional" else 1), STEPS - (0 if states else 1)
-    # one input product per direction; per step after a zero state's first, one recurrent product,
-    # two without linear_before_reset (the reset gate scales the state before the h gate's)
-    assert ops.count("Gemm") == directions * (1 + recurrent_steps * (1 if reset_first else 2))
+    recurrent_steps = STEPS - (0 if states else 1)
+    # one input product; per step after a zero state's first, one recurrent product, two without
+    # linear_before_reset (the reset gate scales the state before the h gate's)
+    assert _products(ops, direction) == 1 + recurrent_steps * (1 if reset_first else 2)
     want, got = _run(model), _run(result.model, optimize=False)
     assert len(got) == len(want) == len(outputs)
     for g, w in zip(got, want):
@@ -127,7 +134,7 @@ def test_a_constant_zero_initial_state_is_no_state():
     del model.graph.input[1:]
     model.graph.initializer.extend(zeros)
     unrolled = unroll_recurrences(model).model
-    assert [n.op_type for n in unrolled.graph.node].count("Gemm") == 2 * STEPS     # no product of the zero state
+    assert _products([n.op_type for n in unrolled.graph.node], "bidirectional") == STEPS   # none of the zero state
     assert not {"h0", "c0"} & {v for n in unrolled.graph.node for v in n.input}
     for g, w in zip(_run(unrolled, optimize=False), _run(model)):
         assert np.all(np.isfinite(g)) and np.all(np.isfinite(w))
