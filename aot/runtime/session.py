@@ -99,7 +99,8 @@ class Session:
                 raise BundleError(f"module {r.module!r} has no function {r.function!r}")
             # A CPU region through the lean call (runtime/invoke.py); an accelerator's results
             # need DeviceArray's transfers.
-            self._invokers[r.name] = (invoke.HostCall(rt, ctx, device, fn, len(r.outputs)) if driver in mf.HOST_DRIVERS
+            self._invokers[r.name] = (invoke.HostCall(rt, ctx, device, fn, len(r.outputs), workers=driver == "local-task")
+                                      if driver in mf.HOST_DRIVERS
                                       else rt.FunctionInvoker(ctx, device, fn))
 
     def _reopen(self, driver: str) -> None:

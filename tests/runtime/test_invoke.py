@@ -80,3 +80,82 @@ def test_cpu_regions_answer_as_function_invoker_does_in_arrays_of_their_own(tmp_
         np.testing.assert_array_equal(z2, np.maximum(x * 2, 0) - 1)
         np.testing.assert_array_equal(y2, (x * 2 > 1) & b)
 
+
+
+class _Recording:
+    """A context whose invoke records the calling thread's scheduling policy, or raises."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.policies: list[int] = []
+        self.fail = fail
+
+    def invoke(self, function, packed, returned) -> None:
+        import os
+
+        self.policies.append(os.sched_getscheduler(0))
+        if self.fail:
+            raise RuntimeError("the module failed")
+
+
+def _host_call(context, workers: bool):
+    import iree.runtime as rt
+
+    from aot.runtime.invoke import HostCall
+
+    return HostCall(rt, context, device=None, function=None, results=0, workers=workers)
+
+
+linux_policies = pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+
+
+@linux_policies
+def test_a_local_task_call_waits_as_sched_batch_and_puts_the_policy_back():
+    import os
+
+    context = _Recording()
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    assert _host_call(context, workers=True)() == ()
+    _host_call(context, workers=False)()          # local-sync: the caller runs the dispatches itself
+    assert context.policies == [os.SCHED_BATCH, os.SCHED_OTHER]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+@linux_policies
+def test_a_failed_call_still_puts_the_policy_back():
+    import os
+
+    with pytest.raises(RuntimeError, match="the module failed"):
+        _host_call(_Recording(fail=True), workers=True)()
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+@linux_policies
+def test_a_thread_on_another_policy_is_left_on_it():
+    import os
+
+    context = _Recording()
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    try:
+        _host_call(context, workers=True)()
+        assert context.policies == [os.SCHED_IDLE] and os.sched_getscheduler(0) == os.SCHED_IDLE
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def test_a_platform_that_refuses_the_switch_runs_the_call_plain(monkeypatch):
+    import os
+
+    from aot.runtime import invoke
+
+    def refuse(*args):
+        raise PermissionError("sched_setscheduler: operation not permitted")
+
+    monkeypatch.setattr(invoke, "_BATCH", 3)
+    monkeypatch.setattr(os, "sched_getscheduler", lambda pid: 0, raising=False)
+    monkeypatch.setattr(os, "SCHED_OTHER", 0, raising=False)
+    monkeypatch.setattr(os, "sched_setscheduler", refuse, raising=False)
+    context = _Recording()
+    host = _host_call(context, workers=True)
+    host()
+    host()
+    assert len(context.policies) == 2 and host._wait.enabled is False
