@@ -25,6 +25,9 @@ from aot.tune.search import TuneSettings, device_identity, run_probe
 from aot.runtime.atomic import write_json
 
 ROUNDS = 3
+# Part of the cached choice's key: bump when what a probe measures changes. v3 (stop 63): a
+# local-task call no longer stalls a scheduler tick now and then (runtime/invoke.py).
+CHOICE_VERSION = "choice-v3"
 
 
 def configurations(cores: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -52,7 +55,7 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
         return None, ()
     configs = configurations(os.cpu_count() or 1)
     parts = [*(r.sha256 for r in manifest.regions), json.dumps(configs), device_identity("local-task"),
-             f"{settings.repeats}/{settings.warmup}/{ROUNDS}", "choice-v2"]
+             f"{settings.repeats}/{settings.warmup}/{ROUNDS}", CHOICE_VERSION]
     record = cache / "runtime" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
     if record.exists():
         cached = codec.decode(HostRuntimeChoice, json.loads(record.read_text()))
