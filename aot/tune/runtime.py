@@ -25,9 +25,10 @@ from aot.tune.search import TuneSettings, device_identity, run_probe
 from aot.runtime.atomic import write_json
 
 ROUNDS = 3
-# Part of the cached choice's key: bump when what a probe measures changes. v3 (stop 63): a
+# Part of the cached choice's key: bump when what a probe measures changes (never back: stop 61
+# tried a v3 rule and took it back, its records still in caches). v4 (stop 63): a
 # local-task call no longer stalls a scheduler tick now and then (runtime/invoke.py).
-CHOICE_VERSION = "choice-v3"
+CHOICE_VERSION = "choice-v4"
 
 
 def configurations(cores: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
