@@ -175,7 +175,7 @@ class _Unrolled:
         seqs = [self.e.op("Unsqueeze", [v, zero]) for v in (x, self.e.op("Gather", [x, back], axis=0))]
         rows = self.e.op("Reshape", [self.e.op("Concat", seqs, axis=0), self.e.ints([2, steps * batch, -1])])
         outside, inside = zip(*(self._biases(bias[d, :width], bias[d, width:]) for d in range(2)))
-        projected = self._product(rows, self.e.const(np.transpose(w, (0, 2, 1))), self.e.const(np.stack(outside)[:, None]))
+        projected = self._product(rows, self._weights(w), self.e.const(np.stack(outside)[:, None]))
         per_step = self.e.op("Reshape", [projected, self.e.ints([2, steps, batch, width])])
         inputs = [self.e.op("Squeeze", [v, self.e.ints([1])])
                   for v in self.split(per_step, self.e.ints([1] * steps), steps, 1)]
@@ -207,9 +207,9 @@ class _Unrolled:
         product = self.e.op("MatMul", [a, weight])
         return product if bias is None else self.e.op("Add", [product, bias])
 
-    def _weights(self, r: np.ndarray) -> str:
-        """Recurrent weights as ``_product`` reads them: [n, k] for one direction, [2, k, n] for two."""
-        return self.e.const(np.ascontiguousarray(np.swapaxes(r, -1, -2)) if self.together else r)
+    def _weights(self, w: np.ndarray) -> str:
+        """Weights as ``_product`` reads them: [n, k] for one direction, [2, k, n] for two."""
+        return self.e.const(np.ascontiguousarray(np.swapaxes(w, -1, -2)) if self.together else w)
 
     def _biases(self, wb: np.ndarray, rb: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The bias added with the input product, and (a GRU's with ``linear_before_reset``) the
@@ -273,7 +273,8 @@ class _Unrolled:
             if h is not None:
                 rz, rr = self.split(self._product(h, weights["zr"]), weights["halves"], 2, -1)
             z = gate(pz, rz)
-            inner = ph if h is None else self.e.op("Add", [ph, self._product(self.e.op("Mul", [gate(pr, rr), h]), weights["h"])])
+            inner = ph if h is None else self.e.op(
+                "Add", [ph, self._product(self.e.op("Mul", [gate(pr, rr), h]), weights["h"])])
         n = self.e.op("Tanh", [inner])
         if h is None:              # H = (1 - z) * n
             return [self.e.op("Sub", [n, self.e.op("Mul", [z, n])])]

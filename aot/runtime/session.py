@@ -99,7 +99,8 @@ class Session:
                 raise BundleError(f"module {r.module!r} has no function {r.function!r}")
             # A CPU region through the lean call (runtime/invoke.py); an accelerator's results
             # need DeviceArray's transfers.
-            self._invokers[r.name] = (invoke.HostCall(rt, ctx, device, fn, len(r.outputs), workers=driver == "local-task")
+            workers = driver == "local-task"      # runtime/invoke.py: its calls wait as SCHED_BATCH
+            self._invokers[r.name] = (invoke.HostCall(rt, ctx, device, fn, len(r.outputs), workers)
                                       if driver in mf.HOST_DRIVERS
                                       else rt.FunctionInvoker(ctx, device, fn))
 
