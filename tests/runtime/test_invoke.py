@@ -1,10 +1,14 @@
 """A CPU region is called through the lean path (runtime/invoke.py): the same answers as
-iree.runtime's FunctionInvoker, bools and intermediates included, in memory the caller owns."""
+iree.runtime's FunctionInvoker, bools and intermediates included, in memory the caller owns; a
+local-task call waits with its thread as SCHED_BATCH and puts the thread's policy back, a
+local-sync call and a thread on another policy are left alone, a platform that refuses the switch
+runs the call plain."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -81,7 +85,6 @@ def test_cpu_regions_answer_as_function_invoker_does_in_arrays_of_their_own(tmp_
         np.testing.assert_array_equal(y2, (x * 2 > 1) & b)
 
 
-
 class _Recording:
     """A context whose invoke records the calling thread's scheduling policy, or raises."""
 
@@ -90,8 +93,6 @@ class _Recording:
         self.fail = fail
 
     def invoke(self, function, packed, returned) -> None:
-        import os
-
         self.policies.append(os.sched_getscheduler(0))
         if self.fail:
             raise RuntimeError("the module failed")
@@ -105,13 +106,11 @@ def _host_call(context, workers: bool):
     return HostCall(rt, context, device=None, function=None, results=0, workers=workers)
 
 
-linux_policies = pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+linux_policies = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
 
 
 @linux_policies
 def test_a_local_task_call_waits_as_sched_batch_and_puts_the_policy_back():
-    import os
-
     context = _Recording()
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
     assert _host_call(context, workers=True)() == ()
@@ -122,8 +121,6 @@ def test_a_local_task_call_waits_as_sched_batch_and_puts_the_policy_back():
 
 @linux_policies
 def test_a_failed_call_still_puts_the_policy_back():
-    import os
-
     with pytest.raises(RuntimeError, match="the module failed"):
         _host_call(_Recording(fail=True), workers=True)()
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
@@ -131,8 +128,6 @@ def test_a_failed_call_still_puts_the_policy_back():
 
 @linux_policies
 def test_a_thread_on_another_policy_is_left_on_it():
-    import os
-
     context = _Recording()
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
@@ -143,8 +138,6 @@ def test_a_thread_on_another_policy_is_left_on_it():
 
 
 def test_a_platform_that_refuses_the_switch_runs_the_call_plain(monkeypatch):
-    import os
-
     from aot.runtime import invoke
 
     def refuse(*args):
