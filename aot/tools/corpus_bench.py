@@ -105,14 +105,13 @@ def run(out: Path, models: tuple[str, ...] = (), iterations: int = 30, warmup: i
             continue
         manifest = tuned.bundle.manifest
         median_run = runs[len(runs) // 2]
-        medians, checks_us = median_run.medians_ms, median_run.index_checks_us
+        medians, contended_ms, checks_us = median_run.medians.headline, median_run.medians.contended, median_run.index_checks_us
         rows.append({
             "model": name, "suite": model.suite.value, "medians_ms": medians, "build_s": round(built_s, 1),
             "ratios": _ratios(medians),
-            **({"runs": [_ratios(r.medians_ms) for r in runs]} if len(runs) > 1 else {}),
-            "host_state": median_run.state,
-            **({"medians_ms_contended": median_run.contended_ms,
-                "ratios_contended": _ratios(median_run.contended_ms)} if median_run.contended_ms else {}),
+            **({"runs": [_ratios(r.medians.headline) for r in runs]} if len(runs) > 1 else {}),
+            "host_state": median_run.medians.state,
+            **({"medians_ms_contended": contended_ms, "ratios_contended": _ratios(contended_ms)} if contended_ms else {}),
             "tuned_flags": {r.name: r.tuning.winner for r in tuned.bundle.record.regions if r.tuning},
             "host_runtime": manifest.host_runtime.label if manifest.host_runtime else None,
             # Index safety's price per call: the boundary checks (guards would run inside the
@@ -143,21 +142,20 @@ def _ratios(medians: dict[str, float]) -> dict[str, float]:
 @dataclass(frozen=True, slots=True)
 class Timed:
     """One timing run of a model's contenders."""
-    medians_ms: dict[str, float]        # the uncontended turns' (every turn's where too few were)
+    medians: host_state.Medians         # by the host's state, rounded for the row's JSON
     index_checks_us: float              # the runtime's index-range checks, per call
-    state: dict[str, Any]               # turns in each state, the yardstick's median speedup
-    contended_ms: dict[str, float] | None = None   # the contended turns' medians, where enough
 
 
 def _timed_runs(time_once: Callable[[], Timed]) -> list[Timed]:
     """One run, or ``SUB_MS_RUNS`` when any contender's median is under a millisecond; sorted by
     the tuned bundle's ratio to onnxruntime, so the middle one is the median run."""
     runs = [time_once()]
-    if min(runs[0].medians_ms.values()) < 1.0:
+    if min(runs[0].medians.headline.values()) < 1.0:
         runs += [time_once() for _ in range(SUB_MS_RUNS - 1)]
-    if not all(math.isfinite(ms) and ms > 0 for r in runs for ms in [*r.medians_ms.values(), *(r.contended_ms or {}).values()]):
+    if not all(math.isfinite(ms) and ms > 0
+               for r in runs for ms in [*r.medians.headline.values(), *(r.medians.contended or {}).values()]):
         raise AotError("a benchmark median is not a positive finite time", hint="time the model again")
-    return sorted(runs, key=lambda r: r.medians_ms[TUNED] / r.medians_ms[ORT])
+    return sorted(runs, key=lambda r: r.medians.headline[TUNED] / r.medians.headline[ORT])
 
 
 def _geomeans(rows: list[dict[str, Any]], key: str = "ratios") -> dict[str, float]:
@@ -179,8 +177,8 @@ def _time_model(model: BenchModel, default: Path, tuned: Path, iterations: int, 
         # Every order of the contenders and the yardstick's two, each turn the next.
         medians = host_state.timed_by_state(contenders, iterations, warmup)
         checks_us = _index_checks_us(b.manifest, inputs)
-    return Timed(_rounded(medians.headline), checks_us, medians.state,
-                 _rounded(medians.contended) if medians.contended else None)
+    return Timed(host_state.Medians(_rounded(medians.headline), medians.state,
+                                    _rounded(medians.contended) if medians.contended else None), checks_us)
 
 
 def _rounded(medians: dict[str, float]) -> dict[str, float]:

@@ -71,17 +71,17 @@ def _medians(ort, tuned):
 
 
 def _timed(medians, checks_us=1.0, contended=None):
-    return corpus_bench.Timed(medians, checks_us, {}, contended)
+    return corpus_bench.Timed(host_state.Medians(medians, {}, contended), checks_us)
 
 
 def test_a_sub_millisecond_model_is_timed_three_times_and_reported_by_its_median_run():
     runs = iter([_timed(_medians(0.1, 0.15), 1.0), _timed(_medians(0.1, 0.30), 2.0), _timed(_medians(0.1, 0.12), 3.0)])
     timed = corpus_bench._timed_runs(lambda: next(runs))
     assert len(timed) == corpus_bench.SUB_MS_RUNS == 3
-    assert [t.medians_ms[TUNED] for t in timed] == [0.12, 0.15, 0.30]   # sorted by tuned / ort: the middle is the median
+    assert [t.medians.headline[TUNED] for t in timed] == [0.12, 0.15, 0.30]   # sorted by tuned / ort: the middle is the median
     slow = iter([_timed(_medians(2.0, 3.0)), _timed(_medians(2.0, 9.0))])
-    assert [t.medians_ms[TUNED] for t in corpus_bench._timed_runs(lambda: next(slow))] == [3.0]   # 1 ms or more: one run
-    row = {**_row("mtcnn-rnet", "zoo", 1.5), "runs": [corpus_bench._ratios(t.medians_ms) for t in timed]}
+    assert [t.medians.headline[TUNED] for t in corpus_bench._timed_runs(lambda: next(slow))] == [3.0]   # 1 ms or more: one run
+    row = {**_row("mtcnn-rnet", "zoo", 1.5), "runs": [corpus_bench._ratios(t.medians.headline) for t in timed]}
     text = corpus_bench.text({"machine": {"cpu": "cpu", "cores": 2}, "iterations": 30, "models": [row],
                               "geomean": {}})
     assert "tuned/ort over 3 runs: 1.20-3.00" in text
