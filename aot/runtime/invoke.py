@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 _BATCH: int | None = getattr(os, "SCHED_BATCH", None)     # Linux only
+WORKER_DRIVER = "local-task"      # the CPU driver whose dispatches run on IREE's worker threads
 
 
 class HostCall:
@@ -75,6 +76,12 @@ class HostCall:
 
 def _plain(call: Callable[..., Any], *args: Any) -> Any:
     return call(*args)
+
+
+def waiting(driver: str) -> Callable[..., Any]:
+    """How a call on ``driver`` is made: as SCHED_BATCH where workers signal it (above), else plain.
+    Every timed CPU call goes through it: the session's and the tuner's probes alike."""
+    return BatchWhileWaiting() if driver == WORKER_DRIVER else _plain
 
 
 class BatchWhileWaiting:

@@ -99,7 +99,7 @@ class Session:
                 raise BundleError(f"module {r.module!r} has no function {r.function!r}")
             # A CPU region through the lean call (runtime/invoke.py); an accelerator's results
             # need DeviceArray's transfers.
-            workers = driver == "local-task"      # runtime/invoke.py: its calls wait as SCHED_BATCH
+            workers = driver == invoke.WORKER_DRIVER      # runtime/invoke.py: its calls wait as SCHED_BATCH
             self._invokers[r.name] = (invoke.HostCall(rt, ctx, device, fn, len(r.outputs), workers)
                                       if driver in mf.HOST_DRIVERS
                                       else rt.FunctionInvoker(ctx, device, fn))

@@ -152,3 +152,14 @@ def test_a_platform_that_refuses_the_switch_runs_the_call_plain(monkeypatch):
     host()
     host()
     assert len(context.policies) == 2 and host._wait.enabled is False
+
+
+@linux_policies
+def test_the_tuners_probes_wait_the_way_the_session_calls():
+    from aot.runtime import invoke
+
+    assert isinstance(invoke.waiting(invoke.WORKER_DRIVER), invoke.BatchWhileWaiting)
+    assert invoke.waiting("local-sync") is invoke._plain and invoke.waiting("vulkan") is invoke._plain
+    context = _Recording()
+    invoke.waiting(invoke.WORKER_DRIVER)(context.invoke, None, None, None)
+    assert context.policies == [os.SCHED_BATCH] and os.sched_getscheduler(0) == os.SCHED_OTHER
