@@ -79,7 +79,9 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
 def _bare_call(session: runtime.Session | runtime.BucketedSession,
                inputs: dict[str, np.ndarray]) -> Callable[[], object]:
     """The whole model's module called straight through iree.runtime, as a user of IREE would:
-    numpy in, numpy out, nothing checked. What a session adds beyond this is its overhead."""
+    numpy in, numpy out, nothing checked. What a session adds beyond this is its overhead, so the
+    call waits for IREE's workers as the session's does (SCHED_BATCH on local-task,
+    runtime/invoke.py): a plain wait there stalls up to a scheduler tick, which is not the path's."""
     if not isinstance(session, runtime.Session):
         raise AotError("the whole-model bundle has shape buckets; aot bench times a static one",
                        hint="build with --input-shape to fix the symbolic dimensions")
@@ -87,11 +89,14 @@ def _bare_call(session: runtime.Session | runtime.BucketedSession,
     import iree.runtime as rt
 
     lean = session._invokers[region.name]   # the session's own lean call (runtime/invoke.py) on a CPU
-    invoker = rt.FunctionInvoker(lean.context, lean.device, lean.function) if isinstance(lean, HostCall) else lean
+    if isinstance(lean, HostCall):
+        invoker, wait = rt.FunctionInvoker(lean.context, lean.device, lean.function), lean.wait
+    else:
+        invoker, wait = lean, None           # an accelerator's FunctionInvoker, waited for plainly
     args = [inputs[s.name] for s in session.manifest.inputs]
 
     def call() -> list[np.ndarray]:
-        results = invoker(*args)
+        results = wait(invoker, *args) if wait else invoker(*args)
         return [r.to_host() for r in (results if isinstance(results, (tuple, list)) else (results,))]
 
     return call
