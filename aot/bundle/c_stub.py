@@ -14,6 +14,7 @@ import numpy as np
 
 from aot.bundle import names
 from aot.bundle.render import Encoded, dtype_name, environment, shape_text
+from aot.runtime.invoke import WORKER_DRIVER
 from aot.runtime.manifest import IndexStatus, Manifest, TensorSig
 
 # numpy dtype -> (C element type, IREE HAL element type, .npy descr). bool is one byte per element
@@ -104,6 +105,7 @@ def _schedule(manifest: Manifest, index: dict[str, int]) -> dict:
                         "inputs": r.inputs, "outputs": r.outputs, "inputs_init": _init(index[v] for v in r.inputs),
                         "outputs_init": _init(index[v] for v in r.outputs)})
     return {"devices": [_literal(d) for d in drivers], "values": values, "regions": regions,
+            "worker_devices_init": _init(d == WORKER_DRIVER for d in drivers),
             "max_rank": max([1, *(v["rank"] for v in values)]),
             "max_region_io": max([1, *(len(r["inputs"]) for r in regions), *(len(r["outputs"]) for r in regions)])}
 

@@ -275,3 +275,34 @@ def test_handles_share_one_runtime_and_open_each_device_once(vulkan_bundle, tmp_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Vulkan and the CPU: two devices for one handle, still two for two; same logits as alone.
     assert "DEVICES 2 2 DIFF 0\n" in proc.stdout
+
+
+def test_a_local_task_region_call_waits_as_sched_batch_and_a_local_sync_one_does_not(tmp_path):
+    """The C stub waits for IREE's workers as the Python runtime does (runtime/invoke.py): its
+    helpers, compiled from the rendered source and run, switch a default-policy caller to
+    SCHED_BATCH for a local-task device only and put the policy back."""
+    tasked = c_stub(hostile_manifest("m"))["m.c"]
+    synced = c_stub(dataclasses.replace(hostile_manifest("m"), host_runtime=mf.HostRuntime("local-sync", ())))["m.c"]
+    assert "kWorkerDevice[NUM_DEVICES] = { 1 };" in tasked and "kWorkerDevice[NUM_DEVICES] = { 0 };" in synced
+    assert re.search(r"wait_as_batch\(r->device\);\s+status = iree_runtime_call_invoke\(&call, /\*flags=\*/0\);\s+"
+                     r"back_to_default_policy\(switched\);", tasked)
+    helpers = re.search(r"static int wait_as_batch\(.*?\n}\n\nstatic void back_to_default_policy\(.*?\n}\n", tasked, re.S)
+    assert helpers, "the wait helpers are not in the rendered stub"
+    program = ("#define _GNU_SOURCE 1\n#include <sched.h>\n#include <stdio.h>\n"
+               "static const int kWorkerDevice[2] = {1, 0};  /* a local-task device, a local-sync one */\n"
+               + helpers.group(0) + """
+int main(void) {
+  int tasked = wait_as_batch(0), during = sched_getscheduler(0);
+  back_to_default_policy(tasked);
+  int after = sched_getscheduler(0), synced = wait_as_batch(1), during_sync = sched_getscheduler(0);
+  back_to_default_policy(synced);
+  printf("%d %d %d %d %d\\n", tasked, during == SCHED_BATCH, after == SCHED_OTHER, synced, during_sync == SCHED_OTHER);
+  return 0;
+}
+""")
+    (tmp_path / "wait.c").write_text(program)
+    assert CC, "no C compiler; `make test` installs gcc (scripts/setup.sh)"
+    built = subprocess.run([CC, *STRICT, "wait.c", "-o", "wait"], cwd=tmp_path, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[:3000]
+    ran = subprocess.run([str(tmp_path / "wait")], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.split() == ["1", "1", "1", "0", "1"], ran.stdout + ran.stderr
