@@ -38,8 +38,11 @@ class MeasuredPlan:
     shape: PlanShape
     total_us: float                        # median over the key's rows
     region_us: tuple[float, ...] | None    # per region in schedule order (median over rows); None if missing
-    rows: int
-    samples_us: tuple[float, ...] = ()     # each row's time, in the order the database appended them
+    samples_us: tuple[float, ...]          # each row's time, in the order the database appended them
+
+    @property
+    def rows(self) -> int:
+        return len(self.samples_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,7 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
             plan, group = fitting[0][1], [r for r, _ in fitting]
             plans.append(MeasuredPlan(key, plan, shape_of(plan, view, codes),
                                       statistics.median(m.total_us for m in group),
-                                      _region_medians(plan, group), len(group), tuple(m.total_us for m in group)))
+                                      _region_medians(plan, group), tuple(m.total_us for m in group)))
         if plans:
             producer = getattr(getattr(planned.source, "model", None), "producer_name", "")   # ONNX only
             graphs.append(GraphData(model, producer == GENERATOR, view, codes,

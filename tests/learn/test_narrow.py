@@ -146,7 +146,7 @@ def _graph(tmp_path, name: str, times: dict[str, float], sync_slower: float | No
         if flavour[0] != "regions=1" or factor is None:
             continue
         us = factor * times.get(flavour[1].removeprefix("flags="), 200.0)
-        plans.append(MeasuredPlan(hp.origin, hp.plan, shape_of(hp.plan, planned.view, codes), us, None, 1))
+        plans.append(MeasuredPlan(hp.origin, hp.plan, shape_of(hp.plan, planned.view, codes), us, None, (us,)))
     return GraphData(name, False, planned.view, codes, node_features(planned.view, codes), tuple(plans))
 
 
