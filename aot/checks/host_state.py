@@ -18,6 +18,7 @@ contenders."""
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -67,6 +68,39 @@ def yardstick() -> list[tuple[str, timing.Call]]:
     return [(YARD, lambda: parallel.run(None, inputs)), (YARD1, lambda: single.run(None, inputs))]
 
 
+class TurnYardstick:
+    """The yardstick as one contender of a turn, for harnesses whose own contenders do not spin
+    (IREE modules timed against each other, ``timing.Schedule()``): its one thread, then its two,
+    each timed, then ``timing.IDLE_S`` asleep so that onnxruntime's spinning workers are quiet
+    before the next contender runs. One idle gap a turn instead of ``FAIR``'s one per contender.
+    ``interleave`` is a ``timing.interleaved`` that answers with the yardstick's two samples per
+    turn in place of this contender's, as ``by_state`` reads them."""
+
+    NAME = "host state"
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        yard = dict(yardstick())
+        self._parallel, self._single = yard[YARD], yard[YARD1]
+        self._clock, self._sleep = clock, sleep
+        self.samples: dict[str, list[float]] = {YARD: [], YARD1: []}     # every call's, warm-up turns too
+
+    def __call__(self) -> None:
+        start = self._clock()
+        self._single()
+        middle = self._clock()
+        self._parallel()
+        self.samples[YARD1].append(middle - start)
+        self.samples[YARD].append(self._clock() - middle)
+        self._sleep(timing.IDLE_S)
+
+    def interleave(self, contenders: Sequence[tuple[str, timing.Call]], schedule: timing.Schedule
+                   ) -> dict[str, list[float]]:
+        times = timing.interleaved(contenders, schedule, self._clock, self._sleep)
+        del times[self.NAME]
+        return {**times, **{name: samples[-schedule.iterations:] for name, samples in self.samples.items()}}
+
+
 @dataclass(frozen=True, slots=True)
 class ByState:
     """A benchmark's samples split by the state of the turn they were timed in (the yardstick's
@@ -111,6 +145,14 @@ def interleaved_by_state(contenders: Sequence[tuple[str, timing.Call]], schedule
         if split.turns[0] >= schedule.iterations or len(split.speedups) >= max_turns:
             return split
         chunk = schedule.with_counts(0, min(schedule.iterations, max_turns - len(split.speedups)))
+
+
+def interleaved_with_turn_yardstick(contenders: Sequence[tuple[str, timing.Call]], schedule: timing.Schedule,
+                                    max_turns: int, yard: TurnYardstick | None = None) -> ByState:
+    """``interleaved_by_state`` for contenders that do not spin, the yardstick timed once a turn
+    (``TurnYardstick``)."""
+    yard = yard or TurnYardstick()
+    return interleaved_by_state(contenders, schedule, [(yard.NAME, yard)], max_turns, interleave=yard.interleave)
 
 
 def median_speedup(split: ByState) -> float:

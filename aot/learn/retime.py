@@ -16,6 +16,10 @@ One round is one such timing of every plan. A plan's label is the median of its 
 shared two-core host a sub-millisecond model's local-task plans slow down 1.3-2x in a round where
 the other core is busy while its local-sync ones do not (docs/learned.md, stop 60): ``rounds``
 times every plan again, all together each round, until the target holds that many rows of it.
+Each turn also times the host-state yardstick once (``checks/host_state.TurnYardstick``), and a
+round's row is the median over its uncontended turns, as the corpus benchmark's headline is,
+waiting for them up to ``MAX_TURNS_FACTOR`` times the turns (every turn's median where too few
+answered; the progress line says which).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from aot.checks import reference, timing
+from aot.checks import host_state, reference, timing
 from aot.errors import AotError
 from aot.learn import db as costdb
 from aot.learn.collect import CACHE, measuring
@@ -36,6 +40,10 @@ from aot.options import BuildOptions
 from aot.partition.plan import Plan
 
 GROUP_BYTES = 1 << 30   # bundles' files loaded at once; more is timed in groups around an anchor
+# Turns timed at most per round, as a multiple of the iterations, waiting for uncontended ones:
+# less than the benchmark's (``host_state.MAX_TURNS_FACTOR``), since a retime times every plan of
+# twenty models three times.
+MAX_TURNS_FACTOR = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +168,10 @@ def _side_by_side(built: Sequence[_Built], source: Path, target: Path, iteration
                 sessions = {i: stack.enter_context(runtime.load(built[i].bundle)) for i in members}
                 inputs = reference.random_inputs(runtime.manifest.read(built[0].bundle).inputs, seed=0)
                 calls = [(str(i), (lambda s=s: s.run(inputs))) for i, s in sessions.items()]
-                times = timing.interleaved(calls, timing.Schedule(warmup=3, iterations=iterations))
-            medians.append({i: timing.median_us(times[str(i)]) for i in members})
+                split = host_state.interleaved_with_turn_yardstick(
+                    calls, timing.Schedule(warmup=3, iterations=iterations), int(MAX_TURNS_FACTOR * iterations))
+            by_state = host_state.medians_by_state(split, iterations)
+            progress(f"group {g + 1}/{len(groups)}: {host_state.state_text(by_state.state)}")
+            medians.append({i: by_state.headline[str(i)] * 1e3 for i in members})
     labels = scaled_to_anchor(medians) if medians else {}
     return [labels[i] for i in range(len(built))], len(groups)

@@ -76,3 +76,34 @@ def test_the_yardstick_runs_the_same_answer_on_one_thread_and_on_all():
     times = timing.interleaved(host_state.yardstick(), timing.Schedule(1, 5))
     split = host_state.by_state({**times, "model": [0.0] * 5})
     assert all(math.isfinite(s) and s > 0 for s in split.speedups) and sum(split.turns) == 5
+
+
+def test_the_turn_yardstick_times_both_threads_once_a_turn_and_idles_before_the_next_contender():
+    """One yardstick contender a turn: its one-thread then two-thread times become the turn's
+    YARD1 and YARD samples (warm-up turns left out), and it sleeps IDLE_S after its runs, before the
+    contender after it, so that onnxruntime's spinning workers do not slow that one."""
+    now, events = [0.0], []
+
+    def clock():
+        now[0] += 1e-3          # every reading a millisecond after the last
+        return now[0]
+
+    def sleep(s):
+        events.append(("sleep", s))
+
+    yard = host_state.TurnYardstick(clock, sleep)
+    assert np.isfinite(yard._single()[0]).all() and np.isfinite(yard._parallel()[0]).all()   # the real one runs
+    yard._single, yard._parallel = (lambda: events.append(("one thread", None))), (lambda: events.append(("two", None)))
+    contenders = [("model", lambda: events.append(("model", None)))]
+    times = yard.interleave([*contenders, (yard.NAME, yard)], timing.Schedule(warmup=2, iterations=3))
+    assert set(times) == {"model", YARD, YARD1} and all(len(ts) == 3 for ts in times.values())
+    assert len(yard.samples[YARD]) == 5                                    # warm-up turns ran it too
+    assert all(t == pytest.approx(1e-3) for t in times[YARD] + times[YARD1])   # one reading apart each
+    assert events.count(("sleep", timing.IDLE_S)) == 5 and events.count(("model", None)) == 5
+    # one thread first, then two, then the sleep: the model never runs while onnxruntime's workers spin
+    turns = [events[i - 1:i + 2] for i, e in enumerate(events) if e == ("two", None)]
+    assert len(turns) == 5 and all(t == [("one thread", None), ("two", None), ("sleep", timing.IDLE_S)] for t in turns)
+    split = host_state.interleaved_with_turn_yardstick(contenders, timing.Schedule(warmup=0, iterations=4),
+                                                       max_turns=8, yard=host_state.TurnYardstick(clock, sleep))
+    assert sum(split.turns) >= 4 and all(math.isfinite(s) for s in split.speedups)
+    assert len(split.uncontended["model"]) + len(split.contended["model"]) == len(split.speedups)

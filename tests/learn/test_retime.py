@@ -11,6 +11,7 @@ import pytest
 
 import synthetic
 from aot import runtime
+from aot.checks import host_state
 from aot.learn import collect, db as costdb, retime
 
 
@@ -40,13 +41,15 @@ def _fake_devices(monkeypatch, us_per_region: float):
         built.append(planned.plan)
         return SimpleNamespace(bundle=SimpleNamespace(path=out), plan=planned.plan)
 
-    def interleaved(calls, schedule):
+    def interleaved(calls, schedule, max_turns):
         calls = list(calls)
         assert len(calls) == len(built)   # every plan in one round, interleaved
-        return {name: [1e-6 * us_per_region * len(built[int(name)].regions)] * schedule.iterations for name, _ in calls}
+        assert max_turns == int(retime.MAX_TURNS_FACTOR * schedule.iterations)
+        times = {name: [1e-6 * us_per_region * len(built[int(name)].regions)] * schedule.iterations for name, _ in calls}
+        return host_state.ByState(times, {name: [] for name in times}, (1.6,) * schedule.iterations)
 
     monkeypatch.setattr("aot.pipeline.build_planned", build)
-    monkeypatch.setattr(retime.timing, "interleaved", interleaved)
+    monkeypatch.setattr(retime.host_state, "interleaved_with_turn_yardstick", interleaved)
     monkeypatch.setattr(runtime, "load", lambda path: SimpleNamespace(__enter__=lambda s: s, __exit__=lambda s, *e: None))
     monkeypatch.setattr(retime.contextlib.ExitStack, "enter_context", lambda self, cm: cm)
     monkeypatch.setattr(runtime.manifest, "read", lambda path: SimpleNamespace(inputs=()))
@@ -89,13 +92,14 @@ def test_rounds_time_every_plan_again_together_and_the_label_is_the_median_of_it
     built = _fake_devices(monkeypatch, 7.0)
     assert retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5).timed == stored
     speeds = iter([0.5, 3.0])   # the machine 2x faster, then 3x slower: the medians are the first round's
-    fake = retime.timing.interleaved
+    fake = retime.host_state.interleaved_with_turn_yardstick
 
-    def slower(calls, schedule):
+    def slower(calls, schedule, max_turns):
         factor = next(speeds)
-        return {name: [t * factor for t in ts] for name, ts in fake(calls, schedule).items()}
+        split = fake(calls, schedule, max_turns)
+        return dataclasses.replace(split, uncontended={n: [t * factor for t in ts] for n, ts in split.uncontended.items()})
 
-    monkeypatch.setattr(retime.timing, "interleaved", slower)
+    monkeypatch.setattr(retime.host_state, "interleaved_with_turn_yardstick", slower)
     built.clear()
     lines: list[str] = []
     done = retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5,
@@ -116,20 +120,47 @@ def test_rounds_time_every_plan_again_together_and_the_label_is_the_median_of_it
     assert (again.timed, again.skipped) == (0, stored)
 
 
+@pytest.mark.parametrize("answering, factor", [(2, 1.0), (1, 3.0)])
+def test_a_rounds_label_is_its_uncontended_turns_median_or_every_turns_where_too_few_answered(
+        tmp_path, monkeypatch, answering, factor):
+    """Five turns: ``answering`` of them uncontended at 1x, the rest contended at 3x. With two (as
+    many as the benchmark asks of five), the label is the uncontended median, where every turn's
+    would be the contended time; with one, too few, every turn's median."""
+    source, target = tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
+    (path,) = synthetic.models(tmp_path, real=1, generated=0)
+    synthetic.fill(source, [path], perturbations=0)
+    built = _fake_devices(monkeypatch, 7.0)
+
+    def by_state(calls, schedule, max_turns):
+        times = {name: [7e-6 * len(built[int(name)].regions)] * schedule.iterations for name, _ in calls}
+        return host_state.ByState({n: ts[:answering] for n, ts in times.items()},
+                                  {n: [3 * t for t in ts[answering:]] for n, ts in times.items()},
+                                  (1.6,) * answering + (1.1,) * (schedule.iterations - answering))
+
+    monkeypatch.setattr(retime.host_state, "interleaved_with_turn_yardstick", by_state)
+    lines: list[str] = []
+    retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5, progress=lines.append)
+    with costdb.CostDatabase(target) as db:
+        rows = db.rows()
+    regions = {r.key: len(json.loads(r.plan)["regions"]) for r in rows}
+    assert rows and all(r.total_us == pytest.approx(factor * 7.0 * regions[r.key]) for r in rows)
+    assert any(f"{answering} of 5 turns uncontended" in line for line in lines)
+
+
 def test_a_retime_killed_in_a_round_keeps_the_rounds_it_finished_whole(tmp_path, monkeypatch):
     source, target = tmp_path / "costs.sqlite", tmp_path / "side.sqlite"
     (path,) = synthetic.models(tmp_path, real=1, generated=0)
     stored = synthetic.fill(source, [path], perturbations=3)
     _fake_devices(monkeypatch, 7.0)
-    fake, rounds_run = retime.timing.interleaved, []
+    fake, rounds_run = retime.host_state.interleaved_with_turn_yardstick, []
 
-    def killed_in_the_second(calls, schedule):
+    def killed_in_the_second(calls, schedule, max_turns):
         rounds_run.append(1)
         if len(rounds_run) == 2:
             raise KeyboardInterrupt   # Ctrl-C (or a kill) while the second round times
-        return fake(calls, schedule)
+        return fake(calls, schedule, max_turns)
 
-    monkeypatch.setattr(retime.timing, "interleaved", killed_in_the_second)
+    monkeypatch.setattr(retime.host_state, "interleaved_with_turn_yardstick", killed_in_the_second)
     with pytest.raises(KeyboardInterrupt):
         retime.retime(str(path), source, target, tmp_path / "work", synthetic.VULKAN, iterations=5, rounds=3)
     with costdb.CostDatabase(target) as db:
