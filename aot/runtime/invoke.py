@@ -49,8 +49,9 @@ class HostCall:
         self.context, self.device, self.function = context, device, function
         self._results = results
         self._element_types: dict[np.dtype, Any] = {}
-        self.wait = BatchWhileWaiting() if workers else _plain   # how a call waits (a bare call of
-        # the same module waits so too where it is timed against this one: tools/bench.py)
+        # How a call waits; public, so that a bare call of the same module timed against this one
+        # waits the same way (tools/bench.py).
+        self.wait = BatchWhileWaiting() if workers else _plain
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         rt = self._rt
