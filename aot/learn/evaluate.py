@@ -246,8 +246,8 @@ def render(e: Evaluation) -> str:
     narrowed = [(h.model, h.narrowed) for h in e.held_out if h.narrowed is not None]
     if narrowed:
         lines += ["", f"--tune-top {TOP} on the whole-model flag sets (regret against timing every set):",
-                  "held-out model".ljust(34) + "sets    untuned  predicted top-3  --tune-top (wins, then predicted)"]
+                  "held-out model".ljust(34) + "sets    untuned  predicted top-3  --tune-top (wins, then predicted)  in turn"]
         for model, n in (*narrowed, ("mean", mean([n for _, n in narrowed]))):
             lines.append(f"{model[-33:]:34}{n.candidates:4}  {100 * n.untuned:8.1f}%  {100 * n.predicted:14.1f}%  "
-                         f"{100 * n.tune_top:11.1f}%")
+                         f"{100 * n.tune_top:11.1f}%  {100 * n.in_turn:30.1f}%")
     return "\n".join(lines)

@@ -78,6 +78,16 @@ def fastest(predicted: "Sequence[float] | np.ndarray", count: int, wins: Sequenc
     return sorted(range(len(predicted)), key=lambda i: (-won[i], predicted[i], i))[:count]
 
 
+def in_turn(predicted: "Sequence[float] | np.ndarray", count: int, wins: Sequence[int]) -> list[int]:
+    """The positions of the ``count`` sets to time: the two orders of ``fastest`` in turn, the
+    prediction's first (its best, then the most wins not yet taken, then its second, ...)."""
+    by_prediction, by_wins = fastest(predicted, len(predicted)), fastest(predicted, len(predicted), wins)
+    taken: list[int] = []
+    for pair in zip(by_prediction, by_wins):
+        taken += [i for i in dict.fromkeys(pair) if i not in taken]
+    return taken[:count]
+
+
 def _with_flags(plan: Plan, region: str, flag_set: FlagSet) -> Plan:
     return dataclasses.replace(plan, regions=tuple(
         dataclasses.replace(r, flags=flag_set.flags) if r.name == region else r for r in plan.regions))

@@ -20,7 +20,7 @@ import numpy as np
 from aot.learn.dataset import GraphData, MeasuredPlan
 from aot.learn.features import local_sync
 from aot.learn.model import LearnedModel, flag_key
-from aot.learn.narrow import fastest
+from aot.learn.narrow import fastest, in_turn
 from aot.learn.neighbours import GraphEffects, signature
 from aot.lower.flags import LEGACY_HOST_DEFAULT
 from aot.partition.support import HOST
@@ -35,6 +35,7 @@ class NarrowScore:
     untuned: float         # regret of the default flags alone
     predicted: float       # regret of the default + the model's K-1 predicted fastest
     tune_top: float        # regret of what --tune-top times: most training wins, then prediction
+    in_turn: float         # regret of the two orders in turn, the prediction's best first
 
 
 _RETIRED = frozenset(flag_key(s.flags) for s in RETIRED_HOST_SETS)
@@ -130,9 +131,10 @@ def narrowing(g: GraphData, model: LearnedModel, top: int = TOP) -> NarrowScore 
         return float(min(times[k] for k in [default, *(others[i] for i in kept)]) / best - 1.0)
 
     return NarrowScore(len(plans), regret([]), regret(fastest(predicted, top - 1)),
-                       regret(fastest(predicted, top - 1, wins)))
+                       regret(fastest(predicted, top - 1, wins)), regret(in_turn(predicted, top - 1, wins)))
 
 
 def mean(scores: list[NarrowScore]) -> NarrowScore:
     return NarrowScore(int(np.sum([s.candidates for s in scores])),
-                       *(float(np.mean([getattr(s, f) for s in scores])) for f in ("untuned", "predicted", "tune_top")))
+                       *(float(np.mean([getattr(s, f) for s in scores]))
+                         for f in ("untuned", "predicted", "tune_top", "in_turn")))

@@ -163,6 +163,7 @@ def test_narrowing_regret_against_the_untuned_build_and_the_prediction_alone(tmp
     assert score.untuned == pytest.approx(1.0)                 # the default's 100 us against the best, 50
     assert score.predicted == pytest.approx(0.2)               # it timed channels-last+data-tiling: 60 us
     assert score.tune_top == pytest.approx(0.0)                # data tiling won most in training: it is timed
+    assert score.in_turn == pytest.approx(0.0)                 # the predicted best, then data tiling
     assert narrow_eval.narrowing(held, model, top=len(held.plans)) is None   # nothing to narrow
     both = narrow_eval.mean([score, score])
     assert both.candidates == 2 * score.candidates and both.predicted == pytest.approx(0.2)
@@ -195,6 +196,18 @@ def test_the_fastest_predictions_refuse_a_non_finite_one(bad):
     assert fastest([3.0, 1.0, 2.0, 1.0], 3) == [1, 3, 2]     # lowest first, a tie in offered order
     with pytest.raises(ValueError, match="not finite"):
         fastest([3.0, bad, 2.0], 2)
+
+
+def test_in_turn_takes_the_predicted_best_then_the_most_won_then_the_next_predicted():
+    from aot.learn.narrow import in_turn
+
+    predicted, wins = [1.0, 5.0, 2.0, 4.0, 3.0], [0, 3, 0, 0, 1]
+    assert in_turn(predicted, 2, wins) == [0, 1]           # predicted best, then the most wins
+    assert in_turn(predicted, 4, wins) == [0, 1, 2, 4]     # second predicted, then second most won
+    assert in_turn([1.0, 2.0, 3.0], 2, [5, 0, 0]) == [0, 1]   # one set first in both: taken once
+    assert in_turn(predicted, 9, wins) == [0, 1, 2, 4, 3]  # never more than offered, none twice
+    with pytest.raises(ValueError, match="not finite"):
+        in_turn([1.0, float("nan")], 1, [0, 0])
 
 
 def test_a_set_that_lost_badly_in_training_carries_its_risk_into_the_choice(tmp_path):
