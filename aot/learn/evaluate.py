@@ -249,5 +249,5 @@ def render(e: Evaluation) -> str:
                   "held-out model".ljust(34) + "sets    untuned  predicted top-3  --tune-top (wins, then predicted)  in turn"]
         for model, n in (*narrowed, ("mean", mean([n for _, n in narrowed]))):
             lines.append(f"{model[-33:]:34}{n.candidates:4}  {100 * n.untuned:8.1f}%  {100 * n.predicted:14.1f}%  "
-                         f"{100 * n.tune_top:11.1f}%  {100 * n.in_turn:30.1f}%")
+                         f"{100 * n.tune_top:11.1f}%  {100 * n.in_turn:27.1f}%")
     return "\n".join(lines)

@@ -6,10 +6,10 @@ and K-1 others are compiled and timed: the sets that won most often on the model
 graphs (``LearnedModel.tuner_wins``, from measured host decisions: ``aot learn collect
 --host-decisions``, ``aot learn train``) first, and among sets that won equally often (or never)
 the ones the cost model predicts fastest. On held-out models the prediction alone and the wins
-alone each lost the best set where the other found it; over seven label sets of the host database
-the two lost alike on average (9.9% of the best set's time for the wins, 10.1% for the
-prediction), and on the most complete ones (stop 66) the wins least: 5.3%, against 8.0% and 6.0%
-for the two in turn (``in_turn``; docs/learned.md). The measurement still
+alone each lost the best set where the other found it, and over the host database's label sets
+the two traded places by a few points; on the most complete labels (stop 66) the wins lost
+least: 5.3% of the best set's time, against 8.0% for the prediction and 6.0% for the two in turn
+(``in_turn``; docs/learned.md). The measurement still
 decides: a wrong choice costs speed the search could have found, never correctness. Numpy only,
 like every build-side use of the model.
 
