@@ -82,11 +82,8 @@ def fastest(predicted: "Sequence[float] | np.ndarray", count: int, wins: Sequenc
 def in_turn(predicted: "Sequence[float] | np.ndarray", count: int, wins: Sequence[int]) -> list[int]:
     """The positions of the ``count`` sets to time: the two orders of ``fastest`` in turn, the
     prediction's first (its best, then the most wins not yet taken, then its second, ...)."""
-    by_prediction, by_wins = fastest(predicted, len(predicted)), fastest(predicted, len(predicted), wins)
-    taken: list[int] = []
-    for pair in zip(by_prediction, by_wins):
-        taken += [i for i in dict.fromkeys(pair) if i not in taken]
-    return taken[:count]
+    pairs = zip(fastest(predicted, len(predicted)), fastest(predicted, len(predicted), wins))
+    return list(dict.fromkeys(i for pair in pairs for i in pair))[:count]
 
 
 def _with_flags(plan: Plan, region: str, flag_set: FlagSet) -> Plan:

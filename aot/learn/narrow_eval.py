@@ -10,6 +10,7 @@ training graphs, the prediction ordering equal counts: ``narrow.fastest`` with t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -135,6 +136,6 @@ def narrowing(g: GraphData, model: LearnedModel, top: int = TOP) -> NarrowScore 
 
 
 def mean(scores: list[NarrowScore]) -> NarrowScore:
+    regrets = [f.name for f in dataclasses.fields(NarrowScore)][1:]     # every field after the count
     return NarrowScore(int(np.sum([s.candidates for s in scores])),
-                       *(float(np.mean([getattr(s, f) for s in scores]))
-                         for f in ("untuned", "predicted", "tune_top", "in_turn")))
+                       *(float(np.mean([getattr(s, name) for s in scores])) for name in regrets))
