@@ -4,6 +4,7 @@ because the machines are shared and noisy. Both builds are plans of one planned 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -53,7 +54,7 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
         warmup: int = 3) -> BenchResult:
     planned = plan_model(model, options, suggest=False)
     partitioned = build_planned(all_on_host(planned), out / "partitioned", options)
-    whole = build_planned(whole_model(planned), out / "whole", options)
+    whole = build_planned(whole_model(planned), out / "whole", one_module(options))
     manifest = partitioned.bundle.manifest
     inputs = reference.random_inputs(manifest.inputs, seed=0)
     names = [o.name for o in manifest.outputs]
@@ -74,6 +75,13 @@ def run(model: Path, out: Path, options: BuildOptions = BuildOptions(), iteratio
         medians = host_state.timed_by_state(contenders, iterations, warmup)
     return BenchResult(manifest.model.name, len(manifest.regions), iterations, tuple(medians.headline.items()),
                        host_state.state_text(medians.state))
+
+
+def one_module(options: BuildOptions) -> BuildOptions:
+    """The whole-model contender's options: ``options`` without per-segment tuning, which would cut
+    the one module into groups (CREPE's did, and the bare call, one module's, had none to call);
+    its flags and host runtime are still tuned as the bundle's are."""
+    return dataclasses.replace(options, tune_segments=0)
 
 
 def _bare_call(session: runtime.Session | runtime.BucketedSession,
