@@ -356,7 +356,9 @@ def _name_nodes(model: onnx.ModelProto) -> None:
 def _check_and_infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model, full_check=True)
-        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        if not _every_value_static(inferred):   # data propagation finds shapes computed from Shape
+            inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     # The checker also raises ValueError (an unknown tensor data type) and more on damaged models.
     except (onnx.checker.ValidationError, shape_inference.InferenceError, ValueError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -365,6 +367,23 @@ def _check_and_infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     # Pinned inputs and inferred intermediates, e.g. an Expand to 2^40 elements.
     _check_tensor_sizes((*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output), path)
     return inferred
+
+
+def _every_value_static(model: onnx.ModelProto) -> bool:
+    """Whether plain shape inference gave every value of the graph a tensor type of fixed shape,
+    so that onnx's data propagation has nothing left to find: it took 25 s of onnx 1.23's inference
+    on the exact remainder's 3,120 elementwise nodes, and plain inference 15 ms. A subgraph (If,
+    Loop, Scan) keeps the propagation."""
+    g = model.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in g.node for a in n.attribute):
+        return False
+    typed = {v.name: v.type for v in (*g.input, *g.value_info, *g.output)}
+    for value in (v for n in g.node for v in n.output if v):
+        t = typed.get(value)
+        if (t is None or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape")
+                or not all(d.HasField("dim_value") for d in t.tensor_type.shape.dim)):
+            return False
+    return True
 
 
 def _preflight(model: onnx.ModelProto, path: Path) -> None:

@@ -214,3 +214,40 @@ def test_fuzzer_findings_are_model_errors(tmp_path):
     (tmp_path / "opset1.onnx").write_bytes(old.SerializeToString())   # Add-1 takes floats only
     with pytest.raises(ModelError, match="not valid at its own opset 1"):
         load.load(tmp_path / "opset1.onnx")
+
+
+def _data_prop_calls(monkeypatch) -> list[bool]:
+    """Records, for each onnx shape inference `load` runs, whether it asked for data propagation."""
+    calls: list[bool] = []
+    real = load.shape_inference.infer_shapes
+
+    def recorded(model, **kw):
+        calls.append(bool(kw.get("data_prop", False)))
+        return real(model, **kw)
+
+    monkeypatch.setattr(load.shape_inference, "infer_shapes", recorded)
+    return calls
+
+
+def test_a_graph_whose_shapes_plain_inference_fixes_skips_data_propagation(tmp_path, monkeypatch):
+    calls = _data_prop_calls(monkeypatch)
+    inferred = load._check_and_infer(small_model(), tmp_path / "small.onnx")
+    assert calls == [False]
+    h = next(v for v in inferred.graph.value_info if v.name == "h")
+    assert [d.dim_value for d in h.type.tensor_type.shape.dim] == [1, 4]
+
+
+def test_a_shape_computed_from_shape_still_gets_data_propagation(tmp_path, monkeypatch):
+    """Reshape(w, Shape(x)): plain inference knows the rank only; propagating Shape's value fixes it."""
+    calls = _data_prop_calls(monkeypatch)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32), "w")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["w", "s"], ["r"]),
+             helper.make_node("Add", ["r", "x"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "shaped", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    inferred = load._check_and_infer(model, tmp_path / "shaped.onnx")
+    assert calls == [False, True]
+    r = next(v for v in inferred.graph.value_info if v.name == "r")
+    assert [d.dim_value for d in r.type.tensor_type.shape.dim] == [3, 4]
