@@ -78,6 +78,14 @@ class BuildResult:
 
 def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:
     """Load an ONNX model and partition it (``options.plan_file``: validate and use that plan)."""
+    source, split = load_model(model, options)
+    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest, split=split)
+
+
+def load_model(model: Path, options: BuildOptions) -> tuple[ModelSource, SplitOutcome | None]:
+    """The ONNX model as a build with ``options`` partitions it, whose tensors its regions pass
+    (`aot profile` reads them too): loaded, and its operators split for memory (a plan file's
+    splits made again)."""
     # The CPU's convolution rewrites run before partitioning, so only where every node runs on
     # the CPU: an accelerator keeps its convolution kernels (and the partitioner its node counts).
     source = load(model, dict(options.input_shapes), dict(options.constant_inputs), options.index_guards,
@@ -87,7 +95,7 @@ def plan_model(model: Path, options: BuildOptions = BuildOptions(), *, suggest: 
     split = memory_limits.split(source, options)
     if split is not None:
         source = dataclasses.replace(source, model=split.model)
-    return plan_source(source, GraphView.from_onnx(source.model), options, suggest=suggest, split=split)
+    return source, split
 
 
 def plan_torch(source: "TorchSource", options: BuildOptions = BuildOptions(), *, suggest: bool = True) -> Planned:

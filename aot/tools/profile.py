@@ -15,7 +15,7 @@ import math
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -144,10 +144,27 @@ def profile_bundle(bundle: str | Path, model: Path | None = None, runs: int = 20
         raise AotError(f"the bundle's source model {source} is gone",
                        hint="pass the model with --model to compare with onnxruntime")
     feeds = {**reference.random_inputs(manifest.inputs, seed=0), **reference.constant_inputs(manifest)}
-    values = {**verify.onnx_values(onnx.load(str(source)), feeds), **feeds}
+    built = _built_model(path, source)
+    graph_inputs = {i.name for i in built.graph.input}
+    values = {**verify.onnx_values(built, {k: v for k, v in feeds.items() if k in graph_inputs}), **feeds}
     with tempfile.TemporaryDirectory(prefix="aot-profile-") as tmp:
         regions = tuple(_profile_region(path, manifest, r, values, Path(tmp), runs) for r in manifest.regions)
     return Profile(manifest.model.name, regions, *_onnxruntime(source, feeds, runs))
+
+
+def _built_model(bundle: Path, source: Path) -> onnx.ModelProto:
+    """The source as the build loaded it, from the options its record keeps and its pinned plan:
+    the front end's rewrites name tensors the source does not have, and regions may pass them (a
+    host region cut after a banded convolution's product). Without a record, the source as is."""
+    from aot import record as records
+    from aot.options import BuildOptions
+    from aot.pipeline import load_model
+
+    rec = records.read(bundle)
+    if rec is None:
+        return onnx.load(str(source))
+    options = replace(BuildOptions.from_record(rec.options), plan_file=bundle / records.PLAN)
+    return load_model(source, options)[0].model
 
 
 def _profile_region(bundle: Path, manifest: mf.Manifest, region: mf.RegionEntry,

@@ -8,7 +8,11 @@ import math
 
 import pytest
 
-from conftest import run_aot
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import onnx_model, run_aot
 
 from aot.errors import AotError
 from aot.tools.profile import DispatchTime, Profile, RegionProfile, _dispatches, by_kind, dispatch_kind, profile_bundle, work_flops
@@ -81,3 +85,36 @@ def test_profile_times_each_region_on_its_device(vulkan_bundle, example_model, t
 def test_profile_without_its_source_model_says_what_to_pass(host_bundle, tmp_path):
     with pytest.raises(AotError, match="--model"):
         profile_bundle(host_bundle.bundle.path, tmp_path / "moved.onnx", runs=1)
+
+
+@pytest.mark.device  # builds a host bundle twice (IREE llvm-cpu) and profiles it
+def test_a_region_cut_after_a_front_end_rewrite_is_profiled_on_the_rewritten_tensors(tmp_path):
+    """A host region cut after a long filter's banded product (what per-segment tuning keeps on
+    CREPE) passes a tensor the source model does not have: the profile computes the regions'
+    inputs from the model as the build loaded it."""
+    import aot
+    from aot.options import BuildOptions
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 1, 1, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="filter", kernel_shape=[1, 64], strides=[1, 2]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 512])
+    model = onnx_model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    path = tmp_path / "filter.onnx"
+    onnx.save(onnx.shape_inference.infer_shapes(model), str(path))
+    whole = aot.build(path, tmp_path / "whole", BuildOptions(accel=None))
+    plan = json.loads((whole.bundle.path / "plan.json").read_text())
+    (region,) = plan["regions"]
+    cut = region["nodes"].index("filter.banded.product") + 1     # the tensor crossing is the rewrite's
+    plan["regions"] = [{**region, "name": "first", "nodes": region["nodes"][:cut]},
+                       {**region, "name": "rest", "nodes": region["nodes"][cut:]}]
+    plan["schedule"] = ["first", "rest"]
+    (tmp_path / "cut.json").write_text(json.dumps(plan))
+    built = aot.build(path, tmp_path / "cut", BuildOptions(accel=None, plan_file=tmp_path / "cut.json"))
+    assert [r.name for r in built.bundle.manifest.regions] == ["first", "rest"]
+    assert built.bundle.manifest.regions[1].inputs == ("filter.banded.product",)
+    found = profile_bundle(built.bundle.path, runs=2)
+    assert [r.region for r in found.regions] == ["first", "rest"]
+    for r in found.regions:
+        assert r.dispatches and math.isfinite(r.wall_us) and r.wall_us > 0
