@@ -16,7 +16,7 @@ import numpy as np
 from .errors import BundleError, DeviceError, DeviceLostError, RuntimeInputError
 from . import devices as dv
 from . import manifest as mf
-from . import invoke, lanes, memory, staging
+from . import heap, invoke, lanes, memory, staging
 from .devices import Devices
 from .dtypes import numpy_dtype
 from .manifest import Manifest, RegionEntry, TensorSig
@@ -41,6 +41,7 @@ class Session:
                  overlap: bool = True) -> None:
         import iree.runtime as rt
 
+        heap.keep_intermediates()   # runtime/heap.py: a call's large buffers reused, not mapped anew
         if check_memory and manifest.memory:
             # Before any device opens: a bundle too large for a device fails here, not mid-run.
             memory.preflight(memory.needs([manifest.memory]), memory_limits)
