@@ -36,11 +36,11 @@ print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before))
 
 def _faults_of_a_second_64_mib_buffer(bundle, **env: str) -> int:
     out = subprocess.run([sys.executable, "-c", _CHILD, str(bundle)], capture_output=True, text=True, check=True,
-                         env={k: v for k, v in {**os.environ, **env}.items() if k not in heap_env_unset(env)})
+                         env={k: v for k, v in {**os.environ, **env}.items() if k not in _settings_dropped(env)})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def heap_env_unset(env: dict[str, str]) -> set[str]:
+def _settings_dropped(env: dict[str, str]) -> set[str]:
     """The operator's malloc settings this machine may have, dropped unless the test sets them."""
     return {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", heap.OPT_OUT_ENV} - env.keys()
 
