@@ -173,14 +173,14 @@ def _a_valid_plan(case, policy, mode, k):
 _CASES = given(labelled_dags(), st.sampled_from(["greedy", "depth"]), st.sampled_from(MODES), st.integers(1, 3))
 
 
-@pytest.mark.slow   # the seeded subset `make test` runs: 200 DAGs, ~15 s on a loaded 2-core machine
+@pytest.mark.slow   # the seeded subset `make test` runs: 200 DAGs, 1.6 s alone
 @settings(max_examples=200, deadline=None, derandomize=True)
 @_CASES
 def test_every_policy_and_selection_mode_yields_a_valid_plan(case, policy, mode, k):
     _a_valid_plan(case, policy, mode, k)
 
 
-@pytest.mark.full   # the sweep (`make test-all`): 1,000 seeded DAGs, over a minute on a loaded 2-core machine
+@pytest.mark.full   # the sweep (`make test-all`): 1,000 seeded DAGs, 7.7 s alone, 66 s in a loaded `make test` (stop 68)
 @pytest.mark.slow
 @settings(max_examples=1000, deadline=None, derandomize=True)
 @_CASES
