@@ -110,7 +110,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     lt.add_argument("--with-generated", action="store_true",
                     help="train on the generated graphs too (off: on this machine's host database they made "
                          "the held-out models' picks worse, docs/learned.md)")
-    _choice_weight_options(lt)
+    _training_options(lt)
     args_.add_options(lt)
     lt.set_defaults(func=_cmd_learn_train)
     le = lsub.add_parser("eval", help="leave one real model out at a time: Kendall's tau and top-1 regret of the "
@@ -128,7 +128,7 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     le.add_argument("--models", default=None,
                     help="--end-to-end: only these models, comma-separated as the database names them")
     le.add_argument("--with-generated", action="store_true", help="train on the generated graphs too")
-    _choice_weight_options(le)
+    _training_options(le)
     args_.add_options(le)
     le.set_defaults(func=_cmd_learn_eval)
     lg = lsub.add_parser("generate", help="seeded random graphs of deployed blocks (conv, matmul, attention, "
@@ -258,9 +258,11 @@ def _cmd_learn_retime(args: argparse.Namespace) -> int:
     return 0
 
 
-def _choice_weight_options(p: argparse.ArgumentParser) -> None:
+def _training_options(p: argparse.ArgumentParser) -> None:
     from aot.learn.model import PREDICTION_ALONE
 
+    p.add_argument("--leave-out-missing", action="store_true",
+                   help="go on without the measured models that cannot be loaded (default: stop and name them)")
     p.add_argument("--risk-weight", type=args_.finite_non_negative, default=PREDICTION_ALONE.risk,
                    help="how much, in log time, a flag set's downside in training weighs when the model chooses "
                         "among plans (default: %(default)s; docs/learned.md)")
@@ -282,11 +284,20 @@ def _learn_modes() -> list:
 
 
 def _training_data(args: argparse.Namespace, say: Callable[[str], None]) -> "Dataset":
+    from aot.errors import ModelError
     from aot.learn.dataset import load_dataset
 
     data = load_dataset(Path(args.db), args_.build_options(args), progress=say)
+    if data.unloadable and not args.leave_out_missing:
+        # A model missing here (the example not yet built, a corpus package not installed) would
+        # quietly change the training set and every mean the evaluation prints.
+        names = ", ".join(model for model, _ in data.unloadable)
+        raise ModelError(f"{len(data.unloadable)} model(s) measured in {args.db!r} cannot be loaded: {names} "
+                         f"({data.unloadable[0][1]})",
+                         hint="make them available (the example: `make artifacts/tiny_cnn/tiny_cnn.onnx`; the "
+                              "corpus: `make setup`), or pass --leave-out-missing to go on without them")
     left_out: dict[str, list[str]] = {}   # said by train and eval alike: nothing is dropped silently
-    for model, why in data.skipped:
+    for model, why in data.skipped + data.unloadable:
         left_out.setdefault(model, []).append(why)
     for model, whys in left_out.items():
         say(f"learn  skipped {model} ({len(whys)} stored plan(s) or the model): {whys[0]}")
@@ -325,7 +336,7 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
         write_json(Path(args.json), {
             "graphs": result.graphs, "plans": result.plans, "rows": result.rows, "mode": result.mode,
             "best_classes": dict(result.best_classes),
-            "skipped": [{"model": model, "why": why} for model, why in data.skipped],
+            "skipped": [{"model": model, "why": why} for model, why in data.skipped + data.unloadable],
             "mean": {p.value: dataclasses.asdict(result.mean(p)) for p in evaluate.Predictor},
             "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores},
                           "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None,

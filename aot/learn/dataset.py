@@ -63,6 +63,9 @@ class Dataset:
     graphs: tuple[GraphData, ...]
     fingerprint: str
     skipped: tuple[tuple[str, str], ...]    # (model, why) for rows left out
+    # (model, why) for models that could not be loaded at all: each takes a whole graph out of the
+    # training set and the evaluation's means, so train and eval refuse them unless told to go on
+    unloadable: tuple[tuple[str, str], ...] = ()
 
     def digest(self) -> str:
         """Of the (model, key, time) triples it holds: equal digests, equal training sets."""
@@ -101,14 +104,14 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
     for r in rows:
         if r.fingerprint == fingerprint:
             by_model.setdefault(r.model, []).append(r)
-    graphs, skipped = [], []
+    graphs, skipped, unloadable = [], [], []
     for model, measured in by_model.items():
         try:
             path, opts = api.resolve(model, options)
             planned = plan_model(path, dataclasses.replace(opts, gate=GateMode.OFF, policy="greedy",
                                                            plan_file=None), suggest=False)
         except AotError as e:
-            skipped.append((model, f"cannot load it: {e.message[:160]}"))
+            unloadable.append((model, f"cannot load it: {e.message[:160]}"))
             continue
         view = planned.view
         codes = encode(view, opts.accel.backend if opts.accel else None)
@@ -128,7 +131,7 @@ def load_dataset(database: Path, options: "BuildOptions", fingerprint: str | Non
             graphs.append(GraphData(model, producer == GENERATOR, view, codes,
                                     node_features(view, codes), tuple(plans)))
             progress(f"learn  {model}: {len(plans)} plan(s), {sum(p.rows for p in plans)} row(s)")
-    return Dataset(tuple(graphs), fingerprint, tuple(skipped))
+    return Dataset(tuple(graphs), fingerprint, tuple(skipped), tuple(unloadable))
 
 
 def _latest_key_per_plan(rows: list[costdb.Measurement]) -> list[costdb.Measurement]:

@@ -382,6 +382,25 @@ def test_a_plan_measured_again_under_a_new_key_is_its_new_rows_alone(synthetic_d
     (plan,) = [p for g in after.graphs for p in g.plans if p.key == first.key + "-relowered"]
     assert plan.total_us == pytest.approx(first.total_us * 7) and np.isfinite(plan.total_us)
     assert not any(p.key == first.key for g in after.graphs for p in g.plans)
+    assert after.unloadable == ()
+
+
+@pytest.mark.slow    # builds the synthetic database
+def test_a_measured_model_that_is_gone_is_named_apart_from_the_stale_plans(synthetic_db, tmp_path):
+    import shutil
+
+    from aot.learn import db as costdb
+
+    database = tmp_path / "costs.sqlite"
+    shutil.copy(synthetic_db[0], database)
+    gone = tmp_path / "gone.onnx"
+    with costdb.CostDatabase(database) as db:
+        first = db.rows()[0]
+        db.add(dataclasses.replace(first, key=first.key + "-gone", model=str(gone)))
+    data = load_dataset(database, synthetic.VULKAN)
+    assert [model for model, _ in data.unloadable] == [str(gone)]
+    assert "cannot load it" in data.unloadable[0][1] and "gone.onnx" in data.unloadable[0][1]
+    assert len(data.graphs) == 3 and not data.skipped      # the others still load, whole
 
 
 def test_training_data_errors_name_the_file(tmp_path):
@@ -433,9 +452,16 @@ def test_train_and_eval_name_every_model_they_left_out(command, monkeypatch):
     from aot.learn import dataset
 
     why = "a stored plan no longer fits the model: 316 node(s) are in no region"
-    skipped = (("corpus:basic-pitch", why), ("corpus:basic-pitch", "another"), ("zoo:minilm", "cannot load it"))
-    monkeypatch.setattr(dataset, "load_dataset", lambda *a, **k: dataset.Dataset((), "fp", skipped))
+    skipped = (("corpus:basic-pitch", why), ("corpus:basic-pitch", "another"))
+    unloadable = (("zoo:minilm", "cannot load it"),)
+    monkeypatch.setattr(dataset, "load_dataset", lambda *a, **k: dataset.Dataset((), "fp", skipped, unloadable))
+    argv = ["learn", command, "--db", "x.sqlite", "--accel", "none"]
     said: list[str] = []
-    cli_tools._training_data(_parser().parse_args(["learn", command, "--db", "x.sqlite", "--accel", "none"]), said.append)
+    # A model that cannot be loaded takes a whole graph out of the training set and the means: it
+    # stops the command, named, until the user says to go on without it.
+    with pytest.raises(AotError, match=r"1 model\(s\) measured in 'x.sqlite' cannot be loaded: zoo:minilm") as e:
+        cli_tools._training_data(_parser().parse_args(argv), said.append)
+    assert "--leave-out-missing" in e.value.hint and said == []
+    cli_tools._training_data(_parser().parse_args(argv + ["--leave-out-missing"]), said.append)
     assert said == [f"learn  skipped corpus:basic-pitch (2 stored plan(s) or the model): {why}",
                     "learn  skipped zoo:minilm (1 stored plan(s) or the model): cannot load it"]
