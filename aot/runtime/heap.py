@@ -54,3 +54,12 @@ def keep_intermediates() -> bool:
     # what the raised mmap threshold starts keeping in it
     return bool(libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(KEEP_BELOW))
                 and libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(KEEP_BELOW)))
+
+
+def runner_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a runner in another process (``iree-benchmark-module``) that should keep its
+    heap as a session does: glibc reads the same two thresholds from the environment. Unchanged
+    where ``wanted`` says to leave malloc alone."""
+    if not wanted(environ):
+        return dict(environ)
+    return {**environ, "MALLOC_TRIM_THRESHOLD_": str(KEEP_BELOW), "MALLOC_MMAP_THRESHOLD_": str(KEEP_BELOW)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 import re
 import subprocess
 import tempfile
@@ -23,7 +24,7 @@ import onnx
 
 from aot.checks import reference, timing, verify
 from aot.errors import AotError
-from aot.runtime import manifest as mf
+from aot.runtime import heap, manifest as mf
 
 # The local drivers record when each dispatch ran on the host; devices timestamp their queues.
 _MODES = {"local-task": "host-execution", "local-sync": "host-execution"}
@@ -223,7 +224,9 @@ def _tool(name: str, args: list[str]) -> str:
     import iree._runtime_libs as libs
 
     argv = [str(Path(libs.__file__).parent / name), *args]
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    # The region runs as a session runs it: a call's large intermediates kept, not mapped and
+    # faulted in anew each call (runtime/heap.py), or a profile blames dispatches for the kernel's time.
+    proc = subprocess.run(argv, capture_output=True, text=True, env=heap.runner_environment(os.environ))
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         raise AotError(f"{name} failed (exit {proc.returncode}):\n{tail}",

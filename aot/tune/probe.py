@@ -6,6 +6,12 @@ miscompiled dispatch, a stack overflow): the parent sees which candidate had sta
 not finished, rejects it, and asks again without it. Inside the probe, candidates are timed
 side by side in one process, interleaved, so the machine's noise hits all of them alike.
 
+Candidates are timed as a deployed session runs them: with a call's large intermediates kept in
+the heap (``runtime/heap.py``, event ``heap`` first). Without it a candidate whose transients pass
+glibc's mmap threshold faulted them in every call here and nowhere else: CREPE's tuning timed
+its data-tiled default at 91.7 ms and chose IREE's defaults at 80.1, which ran 77.7 ms against
+the default's 64.7 in the shipped bundle (docs/performance.md, stop 70).
+
 Requests:
 - ``{"kind": "region", ...}``: check each candidate module of one region against onnxruntime's
   outputs, then time the correct ones (events ``start``, ``checked``, ``timed``).
@@ -31,6 +37,9 @@ from aot.runtime.invoke import waiting
 
 
 def main() -> int:
+    from aot.runtime import heap
+
+    _emit(event="heap", kept=heap.keep_intermediates())
     request = json.loads(sys.stdin.read())
     if request["kind"] == "region":
         _region(request)

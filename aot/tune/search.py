@@ -27,6 +27,7 @@ from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
 from aot.frontend.source import OpFamily
 from aot.record import TuneCandidate, Tuning
+from aot.runtime import heap
 from aot.runtime import codec
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.tune.candidates import FlagSet, candidates, refused_at_this_split, split_finer
@@ -151,8 +152,10 @@ def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...],
     # The target's own flags too: a change there (say, hoisting limits) changes every candidate.
     # A set whose module is rewritten before it compiles (lower/packed_conv.py) carries the
     # rewrite's version: its timings were of the text that version wrote. The finer splits a
-    # refused set is compiled again with: a record kept before them holds its refusal.
+    # refused set is compiled again with: a record kept before them holds its refusal. Timings
+    # taken before the probe kept the heap (probe.py) faulted where a session does not.
     parts = [text, str(region.target), " ".join(flags.compile_flags(region.target, opt=())), driver,
+             f"heap kept {heap.wanted(os.environ)}",
              device_identity(driver), compiler_version(),
              json.dumps([[s.name, *s.flags, *packed_conv.key_tag(region.target, s.flags)] for s in sets]),
              f"{settings.repeats}/{settings.warmup}", f"finer splits {flags.FINER_SPLITS}",

@@ -66,3 +66,35 @@ def test_a_session_keeps_a_freed_64_mib_buffer_for_the_next_one(host_bundle):
 ])
 def test_the_operators_malloc_settings_and_the_opt_out_are_left_alone(env, expected):
     assert heap.wanted(env) is expected
+
+
+@pytest.mark.parametrize(("env", "set_here"), [
+    ({"PATH": "/bin"}, True),
+    ({"PATH": "/bin", heap.OPT_OUT_ENV: "0"}, False),
+    ({"PATH": "/bin", "MALLOC_MMAP_THRESHOLD_": "131072"}, False),
+])
+def test_a_runner_in_another_process_gets_the_same_thresholds_through_its_environment(env, set_here):
+    got = heap.runner_environment(env)
+    assert got["PATH"] == "/bin"          # the rest of the environment passes through
+    if set_here:
+        assert got["MALLOC_MMAP_THRESHOLD_"] == got["MALLOC_TRIM_THRESHOLD_"] == str(heap.KEEP_BELOW)
+    else:
+        assert got == env                 # the operator's own settings, or the opt-out, are kept as they are
+
+
+def test_aot_profile_runs_iree_benchmark_module_with_the_heap_kept(monkeypatch):
+    import subprocess
+
+    from aot.tools import profile
+
+    seen: list[dict] = []
+
+    def run(argv, **kwargs):
+        seen.append(kwargs["env"])
+        return subprocess.CompletedProcess(argv, 0, stdout="{}", stderr="")
+
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", heap.OPT_OUT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(profile.subprocess, "run", run)
+    assert profile._tool("iree-benchmark-module", ["--help"]) == "{}"
+    assert seen[0]["MALLOC_MMAP_THRESHOLD_"] == str(heap.KEEP_BELOW)
