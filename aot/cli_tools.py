@@ -292,8 +292,9 @@ def _training_data(args: argparse.Namespace, say: Callable[[str], None]) -> "Dat
         # A model missing here (the example not yet built, a corpus package not installed) would
         # quietly change the training set and every mean the evaluation prints.
         names = ", ".join(model for model, _ in data.unloadable)
+        first_why = data.unloadable[0][1].removeprefix("cannot load it: ")
         raise ModelError(f"{len(data.unloadable)} model(s) measured in {args.db!r} cannot be loaded: {names} "
-                         f"({data.unloadable[0][1]})",
+                         f"({first_why})",
                          hint="make them available (the example: `make artifacts/tiny_cnn/tiny_cnn.onnx`; the "
                               "corpus: `make setup`), or pass --leave-out-missing to go on without them")
     left_out: dict[str, list[str]] = {}   # said by train and eval alike: nothing is dropped silently

@@ -33,12 +33,11 @@ import numpy as np
 
 from aot.checks import timing
 from aot.checks.compare import within
+from aot.runtime import heap
 from aot.runtime.invoke import waiting
 
 
 def main() -> int:
-    from aot.runtime import heap
-
     _emit(event="heap", kept=heap.keep_intermediates())
     request = json.loads(sys.stdin.read())
     if request["kind"] == "region":

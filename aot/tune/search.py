@@ -27,8 +27,7 @@ from aot.lower.compile import CompiledRegion, CompileJob, compile_many
 from aot.lower.executor import Executor, compiler_version
 from aot.frontend.source import OpFamily
 from aot.record import TuneCandidate, Tuning
-from aot.runtime import heap
-from aot.runtime import codec
+from aot.runtime import codec, heap
 from aot.runtime.manifest import Manifest, RegionEntry
 from aot.tune.candidates import FlagSet, candidates, refused_at_this_split, split_finer
 from aot.tune.progress import Steps
