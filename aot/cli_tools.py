@@ -298,7 +298,7 @@ def _training_data(args: argparse.Namespace, say: Callable[[str], None]) -> "Dat
                          hint="make them available (the example: `make artifacts/tiny_cnn/tiny_cnn.onnx`; the "
                               "corpus: `make setup`), or pass --leave-out-missing to go on without them")
     left_out: dict[str, list[str]] = {}   # said by train and eval alike: nothing is dropped silently
-    for model, why in data.skipped + data.unloadable:
+    for model, why in data.left_out():
         left_out.setdefault(model, []).append(why)
     for model, whys in left_out.items():
         say(f"learn  skipped {model} ({len(whys)} stored plan(s) or the model): {whys[0]}")
@@ -337,7 +337,7 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
         write_json(Path(args.json), {
             "graphs": result.graphs, "plans": result.plans, "rows": result.rows, "mode": result.mode,
             "best_classes": dict(result.best_classes),
-            "skipped": [{"model": model, "why": why} for model, why in data.skipped + data.unloadable],
+            "skipped": [{"model": model, "why": why} for model, why in data.left_out()],
             "mean": {p.value: dataclasses.asdict(result.mean(p)) for p in evaluate.Predictor},
             "held_out": [{"model": h.model, "plans": h.plans, **{p.value: dataclasses.asdict(s) for p, s in h.scores},
                           "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None,

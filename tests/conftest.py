@@ -136,6 +136,15 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture
+def malloc_untuned(monkeypatch):
+    """No malloc setting of this machine's environment, nor aot's opt-out (runtime/heap.py)."""
+    from aot.runtime import heap
+
+    for name in (*heap.THRESHOLD_ENV, "GLIBC_TUNABLES", heap.OPT_OUT_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
 def private_compile_cache(monkeypatch):
     """Builds in this test (and the processes it starts) keep their cache in their build folder:
     they compile rather than reuse what other tests compiled."""

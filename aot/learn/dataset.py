@@ -74,6 +74,10 @@ class Dataset:
     def rows(self) -> int:
         return sum(p.rows for g in self.graphs for p in g.plans)
 
+    def left_out(self) -> tuple[tuple[str, str], ...]:
+        """(model, why) for everything not in ``graphs``: stale plans, then unloadable models."""
+        return self.skipped + self.unloadable
+
     def real_only(self) -> "Dataset":
         """Without the generated graphs (``aot learn train`` and ``eval`` unless --with-generated)."""
         return dataclasses.replace(self, graphs=tuple(g for g in self.graphs if not g.generated))

@@ -25,6 +25,8 @@ import platform
 from typing import Mapping
 
 OPT_OUT_ENV = "AOT_KEEP_HEAP"
+# glibc's own environment names for the two thresholds: an operator who set one has tuned malloc
+THRESHOLD_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
 # mallopt's parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -37,8 +39,7 @@ def wanted(environ: Mapping[str, str]) -> bool:
     """Whether aot may set malloc's thresholds: not on request, nor over the operator's own."""
     if environ.get(OPT_OUT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    tuned = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-    return not any(k in environ for k in tuned) and "malloc" not in environ.get("GLIBC_TUNABLES", "")
+    return not any(k in environ for k in THRESHOLD_ENV) and "malloc" not in environ.get("GLIBC_TUNABLES", "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,4 +63,4 @@ def runner_environment(environ: Mapping[str, str]) -> dict[str, str]:
     where ``wanted`` says to leave malloc alone."""
     if not wanted(environ):
         return dict(environ)
-    return {**environ, "MALLOC_TRIM_THRESHOLD_": str(KEEP_BELOW), "MALLOC_MMAP_THRESHOLD_": str(KEEP_BELOW)}
+    return {**environ, **{name: str(KEEP_BELOW) for name in THRESHOLD_ENV}}

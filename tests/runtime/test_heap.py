@@ -42,7 +42,7 @@ def _faults_of_a_second_64_mib_buffer(bundle, **env: str) -> int:
 
 def _settings_dropped(env: dict[str, str]) -> set[str]:
     """The operator's malloc settings this machine may have, dropped unless the test sets them."""
-    return {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", heap.OPT_OUT_ENV} - env.keys()
+    return {*heap.THRESHOLD_ENV, "GLIBC_TUNABLES", heap.OPT_OUT_ENV} - env.keys()
 
 
 @pytest.mark.device   # builds the example for the CPU (host_bundle)
@@ -82,7 +82,7 @@ def test_a_runner_in_another_process_gets_the_same_thresholds_through_its_enviro
         assert got == env                 # the operator's own settings, or the opt-out, are kept as they are
 
 
-def test_aot_profile_runs_iree_benchmark_module_with_the_heap_kept(monkeypatch):
+def test_aot_profile_runs_iree_benchmark_module_with_the_heap_kept(monkeypatch, malloc_untuned):
     import subprocess
 
     from aot.tools import profile
@@ -93,8 +93,6 @@ def test_aot_profile_runs_iree_benchmark_module_with_the_heap_kept(monkeypatch):
         seen.append(kwargs["env"])
         return subprocess.CompletedProcess(argv, 0, stdout="{}", stderr="")
 
-    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", heap.OPT_OUT_ENV):
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(profile.subprocess, "run", run)
     assert profile._tool("iree-benchmark-module", ["--help"]) == "{}"
     assert seen[0]["MALLOC_MMAP_THRESHOLD_"] == str(heap.KEEP_BELOW)

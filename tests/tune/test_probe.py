@@ -12,11 +12,10 @@ _REQUEST = {"kind": "bundle", "bundle": "/nonexistent/bundle", "manifest": "/non
 
 
 @pytest.mark.parametrize(("opt_out", "kept"), [(None, True), ("0", False)])
-def test_the_probe_keeps_the_heap_as_a_session_does_before_it_times_anything(opt_out, kept, monkeypatch):
+def test_the_probe_keeps_the_heap_as_a_session_does_before_it_times_anything(opt_out, kept, monkeypatch,
+                                                                            malloc_untuned):
     # A candidate whose transients pass glibc's mmap threshold would otherwise fault them in every
     # call in the probe alone, and lose to one that ships slower (CREPE, docs/performance.md).
-    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", heap.OPT_OUT_ENV):
-        monkeypatch.delenv(name, raising=False)
     if opt_out is not None:
         monkeypatch.setenv(heap.OPT_OUT_ENV, opt_out)
     events, error = run_probe(_REQUEST)
