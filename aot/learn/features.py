@@ -10,7 +10,8 @@ global figures: regions, transfers and the bytes crossing devices. From version 
 per ``Geometry`` (the convolution's or product's shape class) follow; from version 5, the bits of
 the decisions named later (``LATE_DECISIONS``: 256-bit code on an AVX-512 host) and each
 geometry's share under them follow; from version 6, local-sync against the FLOPs of an average
-node (``DISPATCH_SCALARS``) closes each vector. All numbers go through ``log1p`` so a tree splits
+node (``DISPATCH_SCALARS``); from version 7, each convolution kernel form's FLOP share
+(``FORM_SCALARS``) closes each vector. All numbers go through ``log1p`` so a tree splits
 on orders of magnitude. Pure numpy and networkx: a build evaluates these with no learning library
 installed.
 
@@ -31,14 +32,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from aot.frontend.graph import GraphView
-from aot.learn.geometry import Geometry, OpClass, extent, geometry, op_class
+from aot.learn.geometry import Geometry, KernelForm, OpClass, extent, geometry, kernel_form, op_class
 from aot.learn.key import compiled_flags
 from aot.lower.flags import DECISIONS, LATE_DECISIONS
 from aot.partition.cost import node_bytes, node_flops
 from aot.partition.plan import Plan, boundary, region_edges
 from aot.partition.support import ACCEL, HOST, SupportTable, label
 
-FEATURE_VERSION = 6     # bump when columns are appended below (never moved or removed): see WIDTHS
+FEATURE_VERSION = 7     # bump when columns are appended below (never moved or removed): see WIDTHS
 BUCKETS = 64
 WL_ITERATIONS = 2
 # What a region's compile flags decide, one bit each (lower/flags.py owns the spellings). Regions
@@ -73,8 +74,15 @@ LATE_SCALARS = (*(f"flag_{name}" for name, _ in LATE_BITS),
 # 600 us classifier of 236 small nodes ran fastest on local-sync, a 620 us one of fewer, larger
 # convolutions 1.5x slower on it (docs/learned.md, stop 61).
 DISPATCH_SCALARS = ("local_sync_log_flops_per_node",)
-REGION_DIM = len(REGION_SCALARS) + BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS) + len(DISPATCH_SCALARS)
-PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + len(GEOMETRY_SCALARS) + len(LATE_SCALARS) + len(DISPATCH_SCALARS)
+# Appended in version 7: each kernel form's FLOP share (``KernelForm``: a window along one axis, a
+# square one over a padded input). Under each flag as well, those shares helped on the side-by-side
+# labels and cost 9.5 points of top-1 regret on the separately timed ones; alone, they helped on
+# both (docs/learned.md, stop 71).
+_FORMS = (KernelForm.LINE, KernelForm.PADDED_SQUARE)
+FORM_SCALARS = tuple(f"form_{f.name.lower()}" for f in _FORMS)
+_APPENDED = (GEOMETRY_SCALARS, LATE_SCALARS, DISPATCH_SCALARS, FORM_SCALARS)   # by version, from 4
+REGION_DIM = len(REGION_SCALARS) + BUCKETS + sum(map(len, _APPENDED))
+PLAN_DIM = len(PLAN_SCALARS) + 2 * BUCKETS + sum(map(len, _APPENDED))
 NODE_DIM = len(NODE_SCALARS) + BUCKETS
 
 
@@ -92,9 +100,7 @@ def _widths(appended: int) -> Widths:
     return Widths(REGION_DIM - appended, PLAN_DIM - appended, NODE_DIM)
 
 
-WIDTHS = {3: _widths(len(GEOMETRY_SCALARS) + len(LATE_SCALARS) + len(DISPATCH_SCALARS)),
-          4: _widths(len(LATE_SCALARS) + len(DISPATCH_SCALARS)), 5: _widths(len(DISPATCH_SCALARS)),
-          FEATURE_VERSION: _widths(0)}
+WIDTHS = {3 + i: _widths(sum(map(len, _APPENDED[i:]))) for i in range(len(_APPENDED) + 1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,7 @@ class GraphCodes:
     bins: np.ndarray                  # [nodes, BUCKETS]: counts of its WL subtree hashes per bin
     geometry: np.ndarray              # per node, a Geometry value
     extent: np.ndarray                # [nodes, 2]: a convolution's log2 input channels and output pixels
+    form: np.ndarray                  # per node, a KernelForm value
 
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
@@ -156,7 +163,8 @@ def encode(view: GraphView, accel_target: str | None = "vulkan-spirv") -> GraphC
     return GraphCodes(names, flops, nbytes, np.array([n.is_compute for n in view.nodes], dtype=bool), accel_ok,
                       np.array([op_class(n, view) for n in view.nodes], dtype=np.int64), bins,
                       np.array([geometry(n, view) for n in view.nodes], dtype=np.int64),
-                      np.array([extent(n, view) for n in view.nodes], dtype=np.float64).reshape(len(names), 2))
+                      np.array([extent(n, view) for n in view.nodes], dtype=np.float64).reshape(len(names), 2),
+                      np.array([kernel_form(n, view) for n in view.nodes], dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +208,8 @@ def shape_of(plan: Plan, view: GraphView, codes: GraphCodes) -> PlanShape:
             bits, [sync], _mix(codes, [(idx, bits)], sync),
             np.log1p(codes.bins[idx].sum(axis=0)), _shares(codes, [(idx, bits)], codes.geometry, len(Geometry)),
             _extent(codes, idx), late_of[r.name], _late_shares(codes, [(idx, late_of[r.name])]),
-            [sync * _log_flops_per_node(codes, idx)]]))
+            [sync * _log_flops_per_node(codes, idx)],
+            _form_shares(codes, idx)]))
     crossings: set[tuple[str, str]] = set()
     for node in view.nodes:
         here = device[owner[node.name]]
@@ -238,7 +247,8 @@ def _plan_vector(plan: Plan, codes: GraphCodes, at: Mapping[str, int], bits_of: 
                            _shares(codes, host, codes.geometry, len(Geometry)),
                            _extent(codes, [i for idx, _ in host for i in idx]),
                            _flag_share(codes, late, host_flops, len(LATE_BITS)), _late_shares(codes, late),
-                           [local_sync(plan) * _log_flops_per_node(codes, on[HOST])]])
+                           [local_sync(plan) * _log_flops_per_node(codes, on[HOST])],
+                           _form_shares(codes, on[HOST])])
 
 
 def _flag_share(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]], flops: float,
@@ -254,6 +264,13 @@ def _flag_share(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarr
 def _late_shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndarray]]) -> np.ndarray:
     """Each geometry's FLOP share under each ``LATE_BITS`` decision."""
     return _shares(codes, parts, codes.geometry, len(Geometry), len(LATE_BITS))[len(Geometry):]
+
+
+def _form_shares(codes: GraphCodes, idx: Sequence[int]) -> np.ndarray:
+    """``FORM_SCALARS``: each kernel form's share of the FLOPs of the nodes ``idx``."""
+    total = float(codes.flops[idx].sum())
+    per_form = np.bincount(codes.form[idx], weights=codes.flops[idx], minlength=len(KernelForm))
+    return per_form[list(_FORMS)] / (total or 1.0)
 
 
 def _log_flops_per_node(codes: GraphCodes, idx: Sequence[int]) -> float:

@@ -47,6 +47,18 @@ NARROW_CHANNELS = 16
 THIN_ROWS = 16
 
 
+class KernelForm(enum.IntEnum):
+    """How a convolution's window lies over its input, which ``Geometry`` does not say: a window
+    along one axis (k x 1, 1 x k, a 1-D convolution) and a k x k window over a padded input
+    ('same' padding) lower to other loops under channels-last and data tiling than the unpadded
+    square windows of the small face-detection and audio CNNs the model learnt from
+    (docs/learned.md, stop 71)."""
+
+    LINE = 0             # the window extends along one spatial axis only
+    PADDED_SQUARE = 1    # a window over two or more axes, on a padded input
+    OTHER = 2            # an unpadded square window, a 1 x 1 one, or no convolution
+
+
 def op_class(node: Node, view: GraphView) -> OpClass:
     op = ONNX_EQUIVALENT.get(node.op_type, node.op_type)
     if is_convolution(node):
@@ -80,6 +92,29 @@ def extent(node: Node, view: GraphView) -> tuple[float, float]:
     if not x or not out or len(x) < 3 or len(out) < 3:
         return (0.0, 0.0)
     return (math.log2(max(x[1], 1)), math.log2(max(math.prod(out[2:]), 1)))
+
+
+def kernel_form(node: Node, view: GraphView) -> KernelForm:
+    """The convolution's ``KernelForm`` (OTHER for any other node)."""
+    if not is_convolution(node) or not node.outputs:
+        return KernelForm.OTHER
+    x, w = _input_and_weights(node, view)
+    out = view.values[node.outputs[0]].shape
+    if not (x and w and out) or not len(x) == len(w) == len(out) or len(w) < 3:
+        return KernelForm.OTHER
+    window = [k for k in w[2:] if k > 1]
+    if len(window) == 1:
+        return KernelForm.LINE
+    if not window:
+        return KernelForm.OTHER
+    strides = node.attr("strides", None)
+    dilations = node.attr("dilations", None)
+    spatial = len(w) - 2
+    s = [int(v) for v in strides] if isinstance(strides, (list, tuple)) else [1] * spatial
+    d = [int(v) for v in dilations] if isinstance(dilations, (list, tuple)) else [1] * spatial
+    # An unpadded window leaves floor((i - span) / s) + 1 outputs per axis; more means padding.
+    padded = any(o > (i - (dd * (k - 1) + 1)) // ss + 1 for i, o, k, ss, dd in zip(x[2:], out[2:], w[2:], s, d))
+    return KernelForm.PADDED_SQUARE if padded else KernelForm.OTHER
 
 
 def _strided(node: Node, x: tuple[int, ...] | None, w: tuple[int, ...] | None, out: tuple[int, ...] | None) -> bool:

@@ -15,7 +15,7 @@ from aot import api
 from aot.checks.compare import assert_close
 from aot.learn import collect, db as costdb, evaluate
 from aot.learn.key import key_of
-from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, encode, shape_of
+from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, WIDTHS, encode, shape_of
 from aot.learn.host_plans import CUTS, FLAG_SETS, MIXED_PER_CUT, RUNTIMES, host_plans
 from aot.lower.flags import IM2COL, VECTOR_256, Holds, default_opt_flags
 from aot.options import BuildOptions
@@ -129,10 +129,12 @@ def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
     assert (sa.plan[conv_plan], sb.plan[conv_plan]) == (0.0, sb.plan[PLAN_SCALARS.index("share_conv")])
     sized = REGION_SCALARS.index("local_sync_log_flops")
     assert sb.regions[0, sized] == 0.0 and sc.regions[0, sized] > 1.0
-    # Version 6 closes both vectors with local-sync against the FLOPs of an average node.
+    # Version 6's last column: local-sync against the FLOPs of an average node.
     per_node = np.log1p(codes.flops.sum() / len(codes.names))
-    assert (sb.regions[0, -1], sb.plan[-1]) == (0.0, 0.0)
-    assert_close(np.array([sc.regions[0, -1], sc.plan[-1]]), np.array([per_node, per_node]), rtol=1e-12, atol=0)
+    last = WIDTHS[6]
+    assert (sb.regions[0, last.region - 1], sb.plan[last.plan - 1]) == (0.0, 0.0)
+    assert_close(np.array([sc.regions[0, last.region - 1], sc.plan[last.plan - 1]]), np.array([per_node, per_node]),
+                 rtol=1e-12, atol=0)
 
 
 def test_op_classes_tell_grouped_convolutions_and_matmuls_apart_in_either_front_ends_words():

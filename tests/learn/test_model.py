@@ -306,7 +306,8 @@ def test_each_geometry_is_told_apart_and_closes_the_vectors():
     assert (WIDTHS[3].plan, WIDTHS[3].region) == (v4.plan - len(GEOMETRY_SCALARS), v4.region - len(GEOMETRY_SCALARS))
     # Version 5's columns: the 256-bit decision, off here; on, its bit and each geometry's share
     # under it (the shares above), in the region and the plan alike.
-    assert not shape.plan[v4.plan:].any() and not shape.regions[0, v4.region:].any()
+    v6 = WIDTHS[6]
+    assert not shape.plan[v4.plan:v6.plan].any() and not shape.regions[0, v4.region:v6.region].any()
     wide = shape_of(dataclasses.replace(plan, regions=tuple(dataclasses.replace(r, flags=(DATA_TILING, VECTOR_256))
                                                               for r in plan.regions)), view, codes)
     assert wide.regions[0, v4.region] == 1.0 and 0.99 < wide.plan[v4.plan] <= 1.0
@@ -314,9 +315,10 @@ def test_each_geometry_is_told_apart_and_closes_the_vectors():
     assert_close(wide.regions[0, v4.region + 1:v5.region], shares, rtol=1e-12, atol=1e-12)
     assert_close(wide.plan[v4.plan + 1:v5.plan], shares, rtol=1e-12, atol=1e-12)
     assert (v5.plan, v5.region) == (v4.plan + len(LATE_SCALARS), v4.region + len(LATE_SCALARS))
-    # Version 6's column, local-sync against the work per node, is 0 on local-task.
-    assert (PLAN_DIM, REGION_DIM) == (v5.plan + len(DISPATCH_SCALARS), v5.region + len(DISPATCH_SCALARS))
-    assert not shape.plan[v5.plan:].any() and not wide.regions[0, v5.region:].any()
+    # Version 6's column, local-sync against the work per node, is 0 on local-task (version 7's
+    # columns after it: tests/learn/test_kernel_form.py).
+    assert (v6.plan, v6.region) == (v5.plan + len(DISPATCH_SCALARS), v5.region + len(DISPATCH_SCALARS))
+    assert not shape.plan[v5.plan:v6.plan].any() and not wide.regions[0, v5.region:v6.region].any()
 
 
 def test_a_model_of_the_previous_feature_version_reads_the_leading_columns(tmp_path):
