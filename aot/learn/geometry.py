@@ -55,7 +55,7 @@ class KernelForm(enum.IntEnum):
 
     LINE = 0             # the window extends along one spatial axis only
     PADDED_SQUARE = 1    # a window over two or more axes, on a padded input
-    OTHER = 2            # an unpadded square window, a 1 x 1 one, or no convolution
+    OTHER = 2            # an unpadded square window, a 1 x 1 one, a transposed one, or no convolution
 
 
 def op_class(node: Node, view: GraphView) -> OpClass:
@@ -104,7 +104,8 @@ def kernel_form(node: Node, view: GraphView) -> KernelForm:
     window = [k for k in w[2:] if k > 1]
     if len(window) == 1:
         return KernelForm.LINE
-    if not window:
+    # A transposed convolution's output outgrows its input by design: no pad to read from it.
+    if not window or ONNX_EQUIVALENT.get(node.op_type, node.op_type) == "ConvTranspose":
         return KernelForm.OTHER
     strides = node.attr("strides", None)
     dilations = node.attr("dilations", None)

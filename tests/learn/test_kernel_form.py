@@ -24,11 +24,16 @@ CONVOLUTIONS = {
     "column": ((1, 16, 16, 16), (16, 16, 3, 1), (1, 16, 16, 16), {"pads": (1, 0, 1, 0)}, "Conv"),
     "one_d": ((1, 16, 64), (16, 16, 5), (1, 16, 64), {"pads": (2, 2)}, "Conv"),
     "pointwise": ((1, 16, 16, 16), (16, 16, 1, 1), (1, 16, 16, 16), {}, "Conv"),
+    # Upsampling 2x: more outputs than inputs, yet no padding.
+    "transposed": ((1, 16, 16, 16), (16, 16, 2, 2), (1, 16, 32, 32), {"strides": (2, 2)}, "ConvTranspose"),
+    "torch_transposed": ((1, 16, 16, 16), (16, 16, 2, 2), (1, 16, 32, 32), {}, "aten.conv_transpose2d"),
+    "transposed_row": ((1, 16, 16, 16), (16, 16, 1, 3), (1, 16, 16, 18), {}, "ConvTranspose"),
 }
 EXPECTED = {"padded": KernelForm.PADDED_SQUARE, "padded_strided": KernelForm.PADDED_SQUARE,
             "torch_padded": KernelForm.PADDED_SQUARE, "valid": KernelForm.OTHER, "valid_strided": KernelForm.OTHER,
             "valid_dilated": KernelForm.OTHER, "row": KernelForm.LINE, "column": KernelForm.LINE,
-            "one_d": KernelForm.LINE, "pointwise": KernelForm.OTHER, "relu": KernelForm.OTHER}
+            "one_d": KernelForm.LINE, "pointwise": KernelForm.OTHER, "transposed": KernelForm.OTHER,
+            "torch_transposed": KernelForm.OTHER, "transposed_row": KernelForm.LINE, "relu": KernelForm.OTHER}
 
 
 def _graph() -> GraphView:
