@@ -140,7 +140,7 @@ def malloc_untuned(monkeypatch):
     """No malloc setting of this machine's environment, nor aot's opt-out (runtime/heap.py)."""
     from aot.runtime import heap
 
-    for name in (*heap.THRESHOLD_ENV, "GLIBC_TUNABLES", heap.OPT_OUT_ENV):
+    for name in heap.SETTINGS_ENV:
         monkeypatch.delenv(name, raising=False)
 
 

@@ -267,10 +267,8 @@ def _late_shares(codes: GraphCodes, parts: Sequence[tuple[Sequence[int], np.ndar
 
 
 def _form_shares(codes: GraphCodes, idx: Sequence[int]) -> np.ndarray:
-    """``FORM_SCALARS``: each kernel form's share of the FLOPs of the nodes ``idx``."""
-    total = float(codes.flops[idx].sum())
-    per_form = np.bincount(codes.form[idx], weights=codes.flops[idx], minlength=len(KernelForm))
-    return per_form[list(_FORMS)] / (total or 1.0)
+    """``FORM_SCALARS``: each kernel form's share of the FLOPs of the nodes ``idx`` (no flags)."""
+    return _shares(codes, [(idx, np.zeros(0))], codes.form, len(KernelForm), decisions=0)[list(_FORMS)]
 
 
 def _log_flops_per_node(codes: GraphCodes, idx: Sequence[int]) -> float:

@@ -27,6 +27,9 @@ from typing import Mapping
 OPT_OUT_ENV = "AOT_KEEP_HEAP"
 # glibc's own environment names for the two thresholds: an operator who set one has tuned malloc
 THRESHOLD_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+TUNABLES_ENV = "GLIBC_TUNABLES"
+# Every variable ``wanted`` reads: what a test clears to start from an untuned machine.
+SETTINGS_ENV = (OPT_OUT_ENV, *THRESHOLD_ENV, TUNABLES_ENV)
 # mallopt's parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -39,7 +42,7 @@ def wanted(environ: Mapping[str, str]) -> bool:
     """Whether aot may set malloc's thresholds: not on request, nor over the operator's own."""
     if environ.get(OPT_OUT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    return not any(k in environ for k in THRESHOLD_ENV) and "malloc" not in environ.get("GLIBC_TUNABLES", "")
+    return not any(k in environ for k in THRESHOLD_ENV) and "malloc" not in environ.get(TUNABLES_ENV, "")
 
 
 @functools.lru_cache(maxsize=1)

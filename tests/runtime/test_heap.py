@@ -42,7 +42,7 @@ def _faults_of_a_second_64_mib_buffer(bundle, **env: str) -> int:
 
 def _settings_dropped(env: dict[str, str]) -> set[str]:
     """The operator's malloc settings this machine may have, dropped unless the test sets them."""
-    return {*heap.THRESHOLD_ENV, "GLIBC_TUNABLES", heap.OPT_OUT_ENV} - env.keys()
+    return set(heap.SETTINGS_ENV) - env.keys()
 
 
 @pytest.mark.device   # builds the example for the CPU (host_bundle)
