@@ -85,7 +85,7 @@ soak: setup
 LEARN_MODELS ?= zoo:mtcnn-pnet zoo:mtcnn-rnet zoo:mtcnn-onet zoo:silero-vad zoo:ppocr-cls zoo:ppocr-rec \
 	zoo:ppocr-det zoo:minilm corpus:magika corpus:oww-melspec corpus:oww-embedding corpus:lcnet-orientation \
 	corpus:minilm-l3 corpus:opennsfw-resnet50 corpus:nudenet-yolov8n corpus:basic-pitch corpus:crepe-tiny corpus:pesto corpus:iclabel \
-	corpus:ddddocr-ocr
+	corpus:ddddocr-ocr corpus:dnsmos-p808 corpus:aecmos
 LEARN_DB ?= artifacts/learn/host.sqlite
 LEARN_SIDE_DB ?= artifacts/learn/host-side-by-side.sqlite
 learn-host: setup $(EXAMPLE)

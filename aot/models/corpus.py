@@ -7,9 +7,10 @@ here downloads weights at run time); ``fetch`` returns the member as shipped, an
 models do not cover: a classifier with squeeze-excitation and hard-swish, a ResNet-class
 classifier, a detector at high resolution, an fp32 transformer encoder with a dynamic sequence
 axis, audio models, a recurrent (CNN + BiLSTM) model, two one-stage YOLO detectors, a
-byte-level classifier, an EEG component classifier and three pitch trackers (two of them shipped
-as PyTorch checkpoints and exported here, ``aot.models.checkpoints``). ``aot build corpus:NAME``
-builds one.
+byte-level classifier, an EEG component classifier, three pitch trackers (two of them shipped
+as PyTorch checkpoints and exported here, ``aot.models.checkpoints``) and three speech-quality
+scorers (small CNNs of padded 3 x 3 convolutions over spectrograms, one with its DFT inside, one
+ending in GRUs). ``aot build corpus:NAME`` builds one.
 
 **Held-out validation set** (``VALIDATION``): no rewrite, flag, threshold or cost-model setting may
 be chosen by looking at these models — not their profiles, not their timings, not their build
@@ -52,6 +53,8 @@ _PESTO = ("pesto-pitch", "2.0.1", "pesto_pitch-2.0.1-py3-none-any.whl",
           "2eb1e5ac1c2f78f7563f4800cccd73daf04d52717ff0d95ea30257a56f3f9d37")
 _ICLABEL = ("mne-icalabel", "0.10.0", "mne_icalabel-0.10.0-py3-none-any.whl",
             "57c6821103d5db2869ee9fcd4df566495a2a0c4256e4c948804eb2219a8bdbf8")
+_SPEECHMOS = ("speechmos", "0.0.1.1", "speechmos-0.0.1.1-py3-none-any.whl",
+              "31c4c9d3234f6ee10102edff74333014c50006a3f389daf7ecacae34e68ebbf7")
 _MAGIKA = ("magika", "0.5.1", "magika-0.5.1-py3-none-any.whl",
            "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
 
@@ -124,6 +127,25 @@ CORPUS: tuple[ZooModel, ...] = (
     # left out). Development: its 40-channel convolutions widened the long-filter rewrite (stop 55).
     ZooModel("pesto", *_PESTO, "pesto/weights/mir-1k_g7.ckpt",
              (("cqt_db", (100, 1, checkpoints.PESTO_BINS)),), 17, exporter=checkpoints.pesto()),
+    # Microsoft's DNSMOS P.808 speech-quality model (keras2onnx, opset 12): a small CNN of 3 x 3
+    # convolutions over padded inputs (ReLU, max pooling) on 900 frames of a 120-band log-mel
+    # spectrogram (9 s of 16 kHz audio), then a global max and dense layers to one score. Added at
+    # stop 72 as a small padded CNN from outside the zoo (the learned model had no graph like the
+    # example's); a development model.
+    ZooModel("dnsmos-p808", *_SPEECHMOS, "speechmos/dnsmos_models/model_v8.onnx",
+             (("input_1", (1, 900, 120)),), 17),
+    # DNSMOS P.835 (signal, background, overall): the same kind of CNN, seven 3 x 3 padded
+    # convolutions, with its front end inside: 9.01 s of 16 kHz samples framed by Reshape/Slice,
+    # a DFT as two kernel-1 convolutions, power and log. Added with P.808 (stop 72); development.
+    ZooModel("dnsmos-p835", *_SPEECHMOS, "speechmos/dnsmos_models/sig_bak_ovr.onnx",
+             (("input_1", (1, 144160)),), 17),
+    # AECMOS (echo-cancellation quality, 16 kHz with talk-type markers; torch export, opset 9):
+    # four 3 x 3 padded convolutions (32-128 channels, LeakyReLU, 2 x 2 max pooling) over the
+    # 160-band mel frames of three signals, a global max, two bidirectional GRUs of one step and
+    # dense layers to two scores. 666 frames: a 10 s clip at the package's hop of 256 plus its 40
+    # marker rows. Added with DNSMOS (stop 72): a small padded CNN that is not an image model.
+    ZooModel("aecmos", *_SPEECHMOS, "speechmos/aecmos_models/Run_1663915512_Stage_0.onnx",
+             (("input", (1, 3, 666, 160)), ("h0", (4, 1, 64))), 17),
 )
 
 # Held out (see the module docstring): a recurrent model and a one-stage detector, two classes
