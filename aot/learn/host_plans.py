@@ -22,7 +22,7 @@ import random
 from typing import TYPE_CHECKING, Iterator
 
 from aot.frontend.source import region_families
-from aot.lower.flags import UNLEARNED_DECISIONS
+from aot.lower.flags import LEGACY_HOST_DEFAULT, UNLEARNED_DECISIONS
 from aot.partition.partitioner import single_region_plan
 from aot.partition.plan import Plan
 from aot.partition.segments import segments
@@ -63,7 +63,11 @@ def host_plans(planned: "Planned", target: Target, seed: int, mixed: int = MIXED
         cut, groups = split(whole, view, segs, count, lambda name: True)
         if groups and len(cut.regions) not in {len(p.regions) for p in cuts.values()}:
             cuts[count] = cut
-    offered = {count: {r.name: _by_name(candidates(target, region_families(planned.source, view, r.nodes)))
+    # Every set is offered against the databases' reference (im2col alone, the "default" set of
+    # every row collected so far), not today's defaults: those are offered under their own names.
+    reference = LEGACY_HOST_DEFAULT if target.backend == "llvm-cpu" else None
+    offered = {count: {r.name: _by_name(candidates(target, region_families(planned.source, view, r.nodes),
+                                                   default=reference))
                        for r in plan.regions} for count, plan in cuts.items()}
     rng = random.Random(seed)
     for count, plan in cuts.items():

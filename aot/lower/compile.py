@@ -70,22 +70,28 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
     (some regions take IREE's SPIR-V pipeline many minutes; the host is quicker), is compiled
     again for ``fallback`` (llvm-cpu) with the host's default flags.
 
-    A region that fails with its target's default optimisation flags is compiled again without
-    them (im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu). A host compile failure
-    after that raises CompileError (there is nothing left to fall back to)."""
-    results = compile_many(jobs, cache, accel_timeout=accel_timeout, executor=executor)
-    _refuse_unknown_target(jobs, results)
-    plain = {i: replace(j, opt=()) for i, (j, r) in enumerate(zip(jobs, results))
-             if isinstance(r, CompileError) and j.opt is None and j.opt_flags}
-    if plain:
-        for i, r in zip(plain, compile_many(list(plain.values()), cache, accel_timeout=accel_timeout,
-                                            executor=executor)):
-            results[i] = r if isinstance(r, CompiledRegion) else results[i]
+    A region that fails with its target's default optimisation flags is compiled again with the
+    next set of ``flags.default_fallbacks`` in turn (IREE refuses some data-tiled convolutions;
+    im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu). A host compile failure after
+    the last raises CompileError (there is nothing left to fall back to)."""
+    def with_fallbacks(batch: Sequence[CompileJob]) -> list[CompiledRegion | CompileError]:
+        done = compile_many(batch, cache, accel_timeout=accel_timeout, executor=executor)
+        _refuse_unknown_target(batch, done)
+        chains = {i: flags.region_fallbacks(j.target, j.mlir.read_bytes())[1:]
+                  for i, (j, r) in enumerate(zip(batch, done)) if isinstance(r, CompileError) and j.opt is None}
+        for step in range(max(map(len, chains.values()), default=0)):
+            again = {i: replace(batch[i], opt=chain[step]) for i, chain in chains.items()
+                     if step < len(chain) and isinstance(done[i], CompileError)}
+            for i, r in zip(again, compile_many(list(again.values()), cache, accel_timeout=accel_timeout,
+                                                executor=executor)):
+                done[i] = r if isinstance(r, CompiledRegion) else done[i]
+        return done
+
+    results = with_fallbacks(jobs)
     retry = {i: CompileJob(j.region, j.mlir, fallback) for i, (j, r) in enumerate(zip(jobs, results))
              if isinstance(r, CompileError) and not j.target.is_host and fallback is not None}
     if retry:
-        redone = dict(zip(retry, compile_many(list(retry.values()), cache, accel_timeout=accel_timeout,
-                                              executor=executor)))
+        redone = dict(zip(retry, with_fallbacks(list(retry.values()))))
         for i, host in redone.items():
             failed = results[i]
             if isinstance(host, CompiledRegion) and isinstance(failed, CompileError):

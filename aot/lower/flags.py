@@ -36,6 +36,14 @@ IM2COL = "--iree-global-opt-use-im2col-for-convs=true"
 # A bit-set option: one occurrence per op family (a comma list is refused).
 CONV_DATA_TILING = tuple(f"--iree-dispatch-creation-experimental-set-data-tiling-ops={f}"
                          for f in ("matmul", "scaled_matmul", "convolution"))
+# IREE's NCHWc convolution kernel; its module gets lower/packed_conv.py's rewrites for the
+# convolutions that fall off that kernel (pointwise ones, RGB stems, non-square kernels and few
+# input channels at stride 1) and for max poolings. At IREE's default optimisation level, not O2
+# (stop 57): the kernels are ukernels either way (the ResNet-50 and MTCNN's three networks ran
+# 0.99-1.01x without O2), while O2 turned the banded rewrite's product over a batch
+# (frontend/long_filter.py) into one product per image: ICLabel's ran at 36 GFLOP/s, the model
+# 134 ms at O2 against 51 without.
+DATA_TILED_CONV = (DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS)
 CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
                  "iree-preprocessing-convert-conv-to-channels-last))", "--iree-global-opt-propagate-transposes=true")
 QUANT_REASSOC = "--iree-global-opt-enable-quantized-matmul-reassociation=true"
@@ -95,10 +103,17 @@ COMPILE_TO_VM = "--compile-to=vm"
 # Optimisation flags every region gets unless tuning picked others (see docs/performance.md for
 # the measurements). Not among them, because they do not hold for every model: O2/O3 (MiniLM's
 # int8 attention then exceeds the 32 KiB stack-allocation limit and fails to compile). A region
-# whose defaults fail to compile is compiled again without them (lower/compile.py).
-# llvm-cpu, a region with a convolution: im2col turns convolutions into matmuls, 1.6-2.0x on the
-# corpus' CNNs (PP-OCR, MTCNN); data tiling on top ran anywhere from 0.67 to 1.57 of its time
-# there, so the tuner tries it per region.
+# whose defaults fail to compile is compiled again with the next set of ``default_fallbacks``.
+# llvm-cpu, a region with a convolution: IREE's data-tiled convolutions (``DATA_TILED_CONV``).
+# Side by side (the host cost database: every whole-model plan of 17 convolution networks timed
+# interleaved; docs/performance.md, "Data-tiled convolutions by default") they ran in 0.37-0.94
+# of im2col's time on 14 of the 15 networks IREE compiles them for at its own work split
+# (geometric mean 0.60), and 1.22x on PP-OCR-cls; default builds before and after, side by side:
+# 0.27-0.73 on seven networks, the two held-out corpus models among them, and 1.07 and 1.67 on
+# LCNet and PP-OCR-cls. PP-OCR-det's and the CRNN's compile split finer; Basic Pitch's at no
+# split, and it keeps im2col, the default until 2026-12-03 (1.6-2.0x over no flags on PP-OCR and
+# MTCNN). Data tiling over im2col ran anywhere from 0.67 to 1.57 of its time, so the tuner tries
+# that per region.
 # llvm-cpu, a region without one whose matrix products are large (Holds.pays_for_packing): data
 # tiling (packed matmul operands). Side by side under the fair harness (docs/performance.md,
 # "Data tiling on conv-free host regions") it ran MiniLM at 0.70x of im2col's time, MiniLM-L3
@@ -113,7 +128,8 @@ COMPILE_TO_VM = "--compile-to=vm"
 # gave Basic Pitch the same module and the openWakeWord embedding 8% slower; on an H100 the torch
 # ResNet 3% faster. Without convolutions it split: Magika 24% faster, the torch transformer encoder
 # 13% slower (H100), so those regions keep IREE's defaults. Vulkan: IREE's defaults.
-# Until 2026-11-28 every llvm-cpu region got im2col alone; the learned model's databases measured
+# Until 2026-11-28 every llvm-cpu region got im2col alone (a convolution region until 2026-12-03,
+# stop 72); the learned model's databases measured
 # their flag effects against that set (learn/narrow_eval.py), and stored plans that left a host
 # region's flags to the defaults were compiled with it (learn/dataset.py).
 LEGACY_HOST_DEFAULT = (IM2COL,)
@@ -174,15 +190,35 @@ def default_opt_flags(target: Target, held: Holds = Holds()) -> tuple[str, ...]:
     """The optimisation flags a region compiled for ``target`` gets when it was not tuned, by what
     it ``held`` (see above)."""
     if target.backend == "llvm-cpu":
-        return (DATA_TILING,) if not held.convolution and held.pays_for_packing else (IM2COL,)
+        if held.convolution:
+            return DATA_TILED_CONV
+        return (DATA_TILING,) if held.pays_for_packing else (IM2COL,)
     if target.backend == "cuda" and held.convolution:
         return (TILE_AND_FUSE,)
     return ()
 
 
+def default_fallbacks(target: Target, held: Holds = Holds()) -> tuple[tuple[str, ...], ...]:
+    """The flag sets a region left to the defaults is compiled with, in turn, until one compiles:
+    ``default_opt_flags`` first; then, for a convolution region on llvm-cpu, its data-tiled
+    convolutions at each of ``FINER_SPLITS`` (IREE refuses some packings at its own work split and
+    takes them split finer: PP-OCR-det's and the CRNN's, as the tuner compiles them), then im2col;
+    last no optimisation flags (im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu)."""
+    first = default_opt_flags(target, held)
+    then: tuple[tuple[str, ...], ...] = ()
+    if target.backend == "llvm-cpu" and held.convolution:
+        then = (*((*first, threads(split)) for split in FINER_SPLITS), (IM2COL,))
+    return tuple(dict.fromkeys((first, *then, ())))
+
+
 def region_defaults(target: Target, mlir: bytes) -> tuple[str, ...]:
     """``default_opt_flags`` for a region, from its MLIR text."""
     return default_opt_flags(target, holds(mlir))
+
+
+def region_fallbacks(target: Target, mlir: bytes) -> tuple[tuple[str, ...], ...]:
+    """``default_fallbacks`` for a region, from its MLIR text."""
+    return default_fallbacks(target, holds(mlir))
 
 
 def holds_convolution(mlir: bytes) -> bool:

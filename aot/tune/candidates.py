@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from aot.frontend.source import OpFamily
-from aot.lower.flags import (CHANNELS_LAST, CONV_DATA_TILING, CONV_UKERNELS, DATA_TILING, FINER_SPLITS, IGEMM, IM2COL, O2, O3,
+from aot.lower import flags
+from aot.lower.flags import (CHANNELS_LAST, DATA_TILING, FINER_SPLITS, IGEMM, IM2COL, O2, O3,
                              QDQ_INTEGER, QUANT_REASSOC, STACK_128K, TILE_AND_FUSE, UKERNELS, VECTOR_256,
                              VECTOR_DISTRIBUTION, Holds, default_opt_flags, threads)
 from aot.runtime.manifest import cpu_flags
@@ -26,14 +27,8 @@ class FlagSet:
     flags: tuple[str, ...]      # optimisation flags, in place of the target's defaults
 
 
-# IREE's NCHWc convolution kernel; its module gets lower/packed_conv.py's rewrites for the
-# convolutions that fall off that kernel (pointwise ones, RGB stems, non-square kernels and few
-# input channels at stride 1) and for max poolings. At IREE's default optimisation level, not O2
-# (stop 57): the kernels are ukernels either way (the ResNet-50 and MTCNN's three networks ran
-# 0.99-1.01x without O2), while O2 turned the banded rewrite's product over a batch
-# (frontend/long_filter.py) into one product per image: ICLabel's ran at 36 GFLOP/s, the model
-# 134 ms at O2 against 51 without.
-DATA_TILED_CONV = FlagSet("data-tiled-conv", (DATA_TILING, *CONV_DATA_TILING, CONV_UKERNELS))
+# IREE's NCHWc convolution kernel (lower/flags.py), a convolution region's default since stop 72.
+DATA_TILED_CONV = FlagSet("data-tiled-conv", flags.DATA_TILED_CONV)
 # Sets the tuner offered once and offers no more. Cost databases keep what was measured with them,
 # and they train a learned model, but no choice is scored on them and they win nothing
 # (learn/narrow_eval.offered): ``--tune-top`` times the sets that won most often, and a win for a
@@ -99,6 +94,9 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
             # them (iree-benchmark-module: 91 -> 79 ms for the whole detector).
             FlagSet("channels-last+data-tiling", (O2, *CHANNELS_LAST, DATA_TILING)),
             DATA_TILED_CONV,
+            # The default until stop 72 (lower/flags.py), the best set on PP-OCR-cls; dropped
+            # as a duplicate where it is still the region's default.
+            FlagSet("im2col", (IM2COL,)),
         ]
     if conv and wide:
         found.append(FlagSet("data-tiling+ukernels+256-bit", (DATA_TILING, UKERNELS, IM2COL, VECTOR_256)))

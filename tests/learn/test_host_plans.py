@@ -17,7 +17,7 @@ from aot.learn import collect, db as costdb, evaluate
 from aot.learn.key import key_of
 from aot.learn.features import FLAG_BITS, PLAN_SCALARS, REGION_SCALARS, WIDTHS, encode, shape_of
 from aot.learn.host_plans import CUTS, FLAG_SETS, MIXED_PER_CUT, RUNTIMES, host_plans
-from aot.lower.flags import IM2COL, VECTOR_256, Holds, default_opt_flags
+from aot.lower.flags import IM2COL, LEGACY_HOST_DEFAULT, VECTOR_256, Holds, default_opt_flags
 from aot.options import BuildOptions
 from aot.partition.partitioner import plan_from_groups, single_region_plan
 from aot.partition.plan import GateMode, Plan, validate
@@ -71,7 +71,8 @@ def test_host_plans_cover_cuts_flag_sets_and_runtimes(tmp_path):
         validate(p.plan, planned.view)
         assert sorted(n for r in p.plan.regions for n in r.nodes) == sorted(n.name for n in planned.view.nodes)
         for r in p.plan.regions:   # every region pinned to one of the tuner's own sets for its content
-            offered = candidates(options.host, region_families(planned.source, planned.view, r.nodes))
+            offered = candidates(options.host, region_families(planned.source, planned.view, r.nodes),
+                                 default=LEGACY_HOST_DEFAULT)   # the databases' reference set
             assert r.flags in {s.flags for s in offered if s.name in FLAG_SETS or len(p.plan.regions) == 1}
     assert all(IM2COL in r.flags for p in plans for r in p.plan.regions if len(p.plan.regions) > 1)   # the base
     assert [p.plan.to_json() for p in host_plans(planned, options.host, seed=0)] == [p.plan.to_json() for p in plans]
@@ -116,9 +117,11 @@ def test_flags_and_runtime_change_the_key_and_the_features(tmp_path):
     assert sc.plan[PLAN_SCALARS.index("local_sync")] == 1.0
     assert sb.plan[PLAN_SCALARS.index("host_share_data_tiling")] == 1.0
     assert sa.plan[PLAN_SCALARS.index("host_share_data_tiling")] == 0.0
-    # An unpinned host region counts as the host's defaults.
+    # An unpinned host region counts as the host's defaults: a convolution's data-tiled-conv set.
     unpinned = shape_of(a.unpinned(), planned.view, codes)
-    assert np.array_equal(unpinned.regions, sa.regions)
+    tiled_conv = plans["regions=1 flags=data-tiled-conv runtime=local-task"]
+    assert np.array_equal(unpinned.regions, shape_of(tiled_conv, planned.view, codes).regions)
+    assert not np.array_equal(unpinned.regions, sa.regions)
     assert len(FLAG_BITS) == sum(n.startswith("flag_") for n in REGION_SCALARS)
     # What each flag compiles: the convolutions' FLOP share, alone and under data tiling.
     conv = REGION_SCALARS.index("share_conv")
@@ -191,10 +194,10 @@ def test_the_untuned_build_is_the_all_host_baselines_first_choice(tmp_path):
     planned, options = _planned(_conv_chain(tmp_path / "chain.onnx"))
     plans = [single_region_plan(planned.view, HOST), *(p.plan for p in host_plans(planned, options.host, seed=0))]
     ranks = [evaluate._untuned_host_rank(p, planned.view) for p in plans]
-    # The same build pinned (the default set, the default runtime: one module, key.key_of) ranks
-    # with it; other flags, another runtime or a cut are tuned.
-    same = [len(p.regions) == 1 and p.regions[0].flags == default_opt_flags(options.host, Holds(convolution=True))
-            and p.host_runtime is None for p in plans[1:]]
+    # The same build pinned (the default set of today or of the rows' time, the default runtime:
+    # one module, key.key_of) ranks with it; other flags, another runtime or a cut are tuned.
+    untuned = {default_opt_flags(options.host, Holds(convolution=True)), LEGACY_HOST_DEFAULT}
+    same = [len(p.regions) == 1 and p.regions[0].flags in untuned and p.host_runtime is None for p in plans[1:]]
     assert ranks[0] == 0.0 and any(same) and not all(same)
     assert ranks[1:] == [0.0 if s else 1.0 for s in same]
     split = plan_from_groups(planned.view, [Group(ACCEL, ("conv0",)), Group(HOST, tuple(

@@ -12,7 +12,7 @@ import pytest
 from aot.frontend.graph import GraphView, Node, Value
 from aot.learn import db as costdb
 from aot.learn.key import plan_key, region_digest
-from aot.lower.flags import DATA_TILING, IM2COL, LEGACY_HOST_DEFAULT
+from aot.lower.flags import DATA_TILED_CONV, DATA_TILING, IM2COL, LEGACY_HOST_DEFAULT
 
 
 def _view(prefix: str = "", sub_order=("a", "b"), shape=(1, 8), op="Sub") -> GraphView:
@@ -200,7 +200,8 @@ def _matmul_view() -> GraphView:
     return GraphView.build(nodes, ["x"], ["y"], values)
 
 
-@pytest.mark.parametrize("make_view, default", [(_matmul_view, DATA_TILING), (_view, IM2COL), (_conv_view, IM2COL)])
+@pytest.mark.parametrize("make_view, default", [(_matmul_view, (DATA_TILING,)), (_view, (IM2COL,)),
+                                                (_conv_view, DATA_TILED_CONV)], ids=["big-products", "small", "conv"])
 def test_an_untuned_host_region_is_keyed_by_the_defaults_it_compiles_with(make_view, default):
     """A host region left to the defaults and one pinned to them compile the same module: one key.
     Rows measured before the defaults depended on a convolution keyed it ``[]``: a miss."""
@@ -209,7 +210,7 @@ def test_an_untuned_host_region_is_keyed_by_the_defaults_it_compiles_with(make_v
 
     view = make_view()
     plan = single_region_plan(view)
-    pinned = dataclasses.replace(plan, regions=(dataclasses.replace(plan.regions[0], flags=(default,)),))
+    pinned = dataclasses.replace(plan, regions=(dataclasses.replace(plan.regions[0], flags=default),))
     assert key_of(view, plan, "fp").key == key_of(view, pinned, "fp").key
     legacy = plan_key(view, {"r0": ("host", plan.regions[0].nodes)}, plan.schedule, fingerprint="fp")
     assert key_of(view, plan, "fp").key != legacy.key

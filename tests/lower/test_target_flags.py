@@ -9,8 +9,9 @@ import pytest
 from aot.errors import AotError
 from aot.lower.compile import compile_argv
 from aot.options import BuildOptions
-from aot.lower.flags import (DATA_TILING, HOIST_LIMIT, IM2COL, PACKING_PAYS_FROM_FLOPS, REPLAY_FLAGS, Holds,
-                             compile_flags, default_opt_flags, holds, region_defaults)
+from aot.lower.flags import (DATA_TILED_CONV, DATA_TILING, HOIST_LIMIT, IM2COL, PACKING_PAYS_FROM_FLOPS, REPLAY_FLAGS,
+                             FINER_SPLITS, Holds, compile_flags, default_opt_flags, holds, region_defaults,
+                             region_fallbacks, threads)
 from aot.runtime.target import Target
 
 
@@ -74,11 +75,17 @@ def test_a_conv_free_host_region_gets_data_tiling_where_its_products_pay_for_the
     assert region_defaults(host, (big + step * 3).encode()) == (DATA_TILING,)
     assert region_defaults(host, (big + step * 1000).encode()) == (IM2COL,)
     assert PACKING_PAYS_FROM_FLOPS * 1001 > 2 * 128 * 384 * 384 + 1000 * 16384
-    # A convolution keeps im2col, whatever its products; other backends ignore products.
+    # A convolution gets IREE's data-tiled convolutions, whatever its products, and im2col, then no
+    # flags, where IREE refuses them; other backends ignore products.
     for conv in (b'%1 = torch.operator "onnx.Conv"(%a, %w) : (...)\n', b'%1 = torch.operator "onnx.QLinearConv"(%a)\n',
                  b"%1 = torch.aten.convolution %a, %w\n"):
-        assert region_defaults(host, conv + big.encode()) == (IM2COL,)
+        assert region_defaults(host, conv + big.encode()) == DATA_TILED_CONV
+        assert region_fallbacks(host, conv + big.encode()) == (
+            DATA_TILED_CONV, *((*DATA_TILED_CONV, threads(split)) for split in FINER_SPLITS), (IM2COL,), ())
+    assert region_fallbacks(host, big.encode()) == ((DATA_TILING,), ())
+    assert region_fallbacks(host, step.encode()) == ((IM2COL,), ())
     assert region_defaults(Target.parse("vulkan"), big.encode()) == ()
+    assert region_fallbacks(Target.parse("vulkan"), big.encode()) == ((),)
     assert region_defaults(Target.parse("cuda"), big.encode()) == ()
 
 

@@ -11,7 +11,7 @@ from aot.frontend.source import OpFamily, region_families
 from aot.frontend.torch.export import TorchSource
 from aot.runtime.target import Target
 from aot.lower.flags import DATA_TILING, IM2COL, Holds, default_opt_flags
-from aot.tune.candidates import candidates
+from aot.tune.candidates import DATA_TILED_CONV, candidates
 
 CONV = frozenset({OpFamily.CONVOLUTION})
 MATMUL: frozenset[OpFamily] = frozenset()
@@ -31,8 +31,13 @@ def test_convolution_sets_only_for_regions_with_convolutions():
     host = Target.host()
     with_conv = {s.name for s in candidates(host, CONV)}
     without = {s.name for s in candidates(host, MATMUL)}
-    assert {"direct-conv", "channels-last", "channels-last+data-tiling", "data-tiled-conv"} <= with_conv
-    assert not {"direct-conv", "channels-last", "channels-last+data-tiling", "data-tiled-conv"} & without
+    assert {"direct-conv", "channels-last", "channels-last+data-tiling", "im2col"} <= with_conv
+    assert not {"direct-conv", "channels-last", "channels-last+data-tiling", "data-tiled-conv", "im2col"} & without
+    # A convolution region's default is the data-tiled-conv set; where IREE refused it and the
+    # region compiled with im2col, that set is offered under its name.
+    assert candidates(host, CONV)[0].flags == DATA_TILED_CONV.flags and "data-tiled-conv" not in with_conv
+    fell_back = {s.name for s in candidates(host, CONV, default=(IM2COL,))}
+    assert "data-tiled-conv" in fell_back and "im2col" not in fell_back
     # im2col rides along with the other sets only where there is a convolution to rewrite
     assert all(IM2COL not in s.flags for s in candidates(host, MATMUL)[1:])
     # a conv-free region whose default is data tiling keeps IREE's own defaults as a candidate;
@@ -90,4 +95,4 @@ def test_both_front_ends_name_the_same_families(source, conv, matmul):
     assert region_families(source, _view(matmul), ["n"]) == MATMUL
     assert region_families(source, _view(matmul, "int8"), ["n"]) == INT8
     names = {s.name for s in candidates(Target.host(), region_families(source, _view(conv), ["n"]))}
-    assert {"direct-conv", "channels-last", "data-tiled-conv"} <= names
+    assert {"direct-conv", "channels-last", "im2col"} <= names

@@ -8,7 +8,7 @@ import pytest
 
 from aot.frontend.source import OpFamily
 from aot.lower.compile import CompileJob, CompiledRegion, compile_many
-from aot.lower.flags import TILE_AND_FUSE, Holds, default_opt_flags, holds_convolution
+from aot.lower.flags import DATA_TILED_CONV, TILE_AND_FUSE, Holds, default_opt_flags, holds_convolution
 from aot.options import BuildOptions
 from aot.partition.plan import GateMode
 from aot.pipeline import build
@@ -45,8 +45,8 @@ def test_regions_without_a_convolution_keep_irees_cuda_defaults():
     assert sets[0].flags == () and "tile-and-fuse" in {s.name for s in sets}
     assert "iree-defaults" not in {s.name for s in sets}   # the same flags as the default: not timed twice
     assert default_opt_flags(cuda, Holds(convolution=True)) == (TILE_AND_FUSE,) and default_opt_flags(cuda) == ()
-    # On the host a convolution keeps the default of a region of small products: im2col.
-    assert default_opt_flags(Target.host(), Holds(convolution=True)) == default_opt_flags(Target.host())
+    # On the host a convolution region gets IREE's data-tiled convolutions (lower/flags.py).
+    assert default_opt_flags(Target.host(), Holds(convolution=True)) == DATA_TILED_CONV
 
 
 @pytest.mark.parametrize("text, conv", [(b'%1 = torch.operator "onnx.Conv"(%0, %w)', True),
