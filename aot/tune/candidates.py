@@ -41,9 +41,11 @@ RETIRED_HOST_SETS: tuple[FlagSet, ...] = (
 def candidates(target: Target, families: frozenset[OpFamily], cores: int | None = None,
                default: tuple[str, ...] | None = None) -> tuple[FlagSet, ...]:
     """The default first (every other set is measured against it), then the target's search space.
-    ``default``: the flags the untuned region really got (None: the target's defaults for a region
-    of these ``families`` whose products are too small to pay for packing: on llvm-cpu im2col, the
-    learned collector's reference set; a region whose defaults failed to compile got none)."""
+    ``default``: the flags the untuned region really got (a region whose defaults IREE refused got
+    the next of ``default_fallbacks``); None: the target's defaults for a region of these
+    ``families`` whose products are too small to pay for packing (on llvm-cpu the data-tiled-conv
+    set with a convolution, im2col without). The learned collector passes im2col alone, the
+    reference set of its databases (learn/host_plans.py)."""
     conv, quant = OpFamily.CONVOLUTION in families, OpFamily.QUANTIZED in families
     first = FlagSet("default", default_opt_flags(target, Holds(convolution=conv)) if default is None else default)
     if target.backend == "llvm-cpu":
