@@ -1,6 +1,6 @@
 """A region left to the defaults compiles with the next of ``flags.default_fallbacks`` when IREE
-refuses the one before (lower/compile.py): a convolution's data-tiled set, then im2col, then no
-flags. A region pinned to flags (the tuner's, a plan's) gets no second try. No IREE involved: the
+refuses the one before (lower/compile.py): a convolution's data-tiled set, the same split finer,
+then im2col, then no flags. A region pinned to flags (the tuner's, a plan's) gets no second try. No IREE involved: the
 executor refuses by the flags it is given."""
 
 from __future__ import annotations

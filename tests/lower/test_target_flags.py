@@ -75,8 +75,8 @@ def test_a_conv_free_host_region_gets_data_tiling_where_its_products_pay_for_the
     assert region_defaults(host, (big + step * 3).encode()) == (DATA_TILING,)
     assert region_defaults(host, (big + step * 1000).encode()) == (IM2COL,)
     assert PACKING_PAYS_FROM_FLOPS * 1001 > 2 * 128 * 384 * 384 + 1000 * 16384
-    # A convolution gets IREE's data-tiled convolutions, whatever its products, and im2col, then no
-    # flags, where IREE refuses them; other backends ignore products.
+    # A convolution gets IREE's data-tiled convolutions, whatever its products; where IREE refuses
+    # them, the same split finer, then im2col, then no flags. Other backends ignore products.
     for conv in (b'%1 = torch.operator "onnx.Conv"(%a, %w) : (...)\n', b'%1 = torch.operator "onnx.QLinearConv"(%a)\n',
                  b"%1 = torch.aten.convolution %a, %w\n"):
         assert region_defaults(host, conv + big.encode()) == DATA_TILED_CONV
