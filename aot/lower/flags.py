@@ -85,9 +85,16 @@ def threads(cores: int) -> str:
 
 
 # The finer work splits a host set IREE refuses at its own split is compiled again with, in turn
-# (tune/candidates.py: the size IREE vectorises a packing at follows the split). A set compiled at
-# one is still that set: ``flag_key`` leaves the split out.
+# (tune/candidates.py, and a region's defaults by ``default_fallbacks``: the size IREE vectorises a
+# packing at follows the split). A set compiled at one is still that set: ``flag_key`` leaves the
+# split out.
 FINER_SPLITS = (64, 256)
+
+
+def at_split(opt: tuple[str, ...], split: int) -> tuple[str, ...]:
+    """``opt`` with its work split for ``split`` threads (in place of any split it names)."""
+    name = threads(split).split("=")[0]
+    return (*(f for f in opt if f.split("=")[0] != name), threads(split))
 
 
 # IREE's static scheduling statistics (CSV). Every compile prints them into its log (an empty file
@@ -207,7 +214,7 @@ def default_fallbacks(target: Target, held: Holds = Holds()) -> tuple[tuple[str,
     first = default_opt_flags(target, held)
     then: tuple[tuple[str, ...], ...] = ()
     if target.backend == "llvm-cpu" and held.convolution:
-        then = (*((*first, threads(split)) for split in FINER_SPLITS), (IM2COL,))
+        then = (*(at_split(first, split) for split in FINER_SPLITS), (IM2COL,))
     return tuple(dict.fromkeys((first, *then, ())))
 
 

@@ -127,9 +127,8 @@ def refused_at_this_split(stderr: str) -> bool:
 
 
 def split_finer(s: FlagSet, split: int) -> FlagSet:
-    """``s`` with its work split for ``split`` threads (in place of any split it names)."""
-    name = threads(split).split("=")[0]
-    return FlagSet(f"{s.name}{SPLIT_TAG}{split}", (*(f for f in s.flags if f.split("=")[0] != name), threads(split)))
+    """``s`` with its work split for ``split`` threads (``flags.at_split``)."""
+    return FlagSet(f"{s.name}{SPLIT_TAG}{split}", flags.at_split(s.flags, split))
 
 
 def finer_splits(s: FlagSet) -> Iterator[FlagSet]:
