@@ -35,6 +35,7 @@ from aot.errors import AotError, CompileError, PartitionError
 from aot.learn import db as costdb
 from aot.learn.host_plans import MIXED_PER_CUT, host_plans
 from aot.learn.key import PlanKey, as_stored, device_fingerprint, key_of, region_digest, stored_plan
+from aot.lower import flags
 from aot.options import BuildOptions
 from aot.partition import policies
 from aot.partition.order import OrderMode
@@ -44,7 +45,7 @@ from aot.partition.plan import GateMode, Plan, validate
 from aot.partition.support import ACCEL, HOST
 from aot.pipeline import BuildResult, Planned, build_planned, plan_model
 from aot.runtime import manifest as mf
-from aot.tune.candidates import FlagSet, finer_splits, refused_at_this_split
+from aot.tune.candidates import FlagSet, finer_splits
 
 Progress = Callable[[str], None]
 MIN_COMPUTE_SWEEP = (1, 2, 4, 8)
@@ -156,7 +157,7 @@ def built_splitting_where_refused(planned: Planned, cand: Candidate, out: Path, 
         except CompileError as e:
             region = next((r for r in cand.plan.regions if r.name == e.region), None)
             if (region is None or region.device != HOST or region.flags is None
-                    or not refused_at_this_split(e.stderr_tail)):
+                    or not flags.refused_at_this_split(e.stderr_tail)):
                 raise
             finer = next(ladders.setdefault(region.name, finer_splits(FlagSet(region.name, region.flags))), None)
             if finer is None:

@@ -72,19 +72,21 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
 
     A region that fails with its target's default optimisation flags is compiled again with the
     next set of ``flags.default_fallbacks`` in turn (IREE refuses some data-tiled convolutions;
-    im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu). A host compile failure after
-    the last raises CompileError (there is nothing left to fall back to)."""
+    im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu); the defaults at a finer work
+    split only where IREE refused the set before at its split, as nothing else changes with it.
+    A host compile failure after the last raises its CompileError (there is nothing left to fall
+    back to)."""
     def with_fallbacks(batch: Sequence[CompileJob]) -> list[CompiledRegion | CompileError]:
         done = compile_many(batch, cache, accel_timeout=accel_timeout, executor=executor)
         _refuse_unknown_target(batch, done)
-        chains = {i: flags.region_fallbacks(j.target, j.mlir.read_bytes())[1:]
+        chains = {i: flags.region_fallbacks(j.target, j.mlir.read_bytes())
                   for i, (j, r) in enumerate(zip(batch, done)) if isinstance(r, CompileError) and j.opt is None}
-        for step in range(max(map(len, chains.values()), default=0)):
+        for step in range(1, max(map(len, chains.values()), default=0)):
             again = {i: replace(batch[i], opt=chain[step]) for i, chain in chains.items()
-                     if step < len(chain) and isinstance(done[i], CompileError)}
+                     if step < len(chain) and _worth_trying(chain[step], chain[0], done[i])}
             for i, r in zip(again, compile_many(list(again.values()), cache, accel_timeout=accel_timeout,
                                                 executor=executor)):
-                done[i] = r if isinstance(r, CompiledRegion) else done[i]
+                done[i] = r
         return done
 
     results = with_fallbacks(jobs)
@@ -104,6 +106,13 @@ def compile_all(jobs: list[CompileJob], cache: Path, *, accel_timeout: float, ex
             raise r
         compiled.append(r)
     return tuple(compiled)
+
+
+def _worth_trying(opt: tuple[str, ...], first: tuple[str, ...], last: CompiledRegion | CompileError) -> bool:
+    """A region's next fallback ``opt`` after ``last``: only while it has not compiled, and a finer
+    split of its defaults ``first`` only where IREE refused the last at its split."""
+    return isinstance(last, CompileError) and (
+        not flags.at_a_finer_split_of(opt, first) or flags.refused_at_this_split(last.stderr_tail))
 
 
 def _refuse_unknown_target(jobs: Sequence[CompileJob], results: Sequence[CompiledRegion | CompileError]) -> None:

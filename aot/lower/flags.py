@@ -97,6 +97,25 @@ def at_split(opt: tuple[str, ...], split: int) -> tuple[str, ...]:
     return (*(f for f in opt if f.split("=")[0] != name), threads(split))
 
 
+# IREE refuses a dispatch whose vectors or stack outgrow its limits (32 KiB each), and the size it
+# vectorises at follows its work split: data tiling's packing of a 1x1 convolution's input over a
+# map whose pixels are no multiple of 16 (PP-OCR-det's 48 x 6,400) is read as one 48 x 640
+# vector at IREE's default split and at 16 threads, 48 x 160 at 64 (docs/performance.md).
+# These are its words for it; a set refused otherwise is refused at every split.
+REFUSED_AT_THIS_SPLIT = ("operations with large vector sizes", "exceeded stack allocation limit")
+
+
+def refused_at_this_split(stderr: str) -> bool:
+    """IREE's diagnostics say the dispatch outgrew a limit a finer work split may keep it under."""
+    return any(words in stderr for words in REFUSED_AT_THIS_SPLIT)
+
+
+def at_a_finer_split_of(opt: tuple[str, ...], first: tuple[str, ...]) -> bool:
+    """``opt`` is ``first`` at one of ``FINER_SPLITS``: worth a compile only after IREE refused the
+    set before it at that set's split (``refused_at_this_split``)."""
+    return opt != first and any(opt == at_split(first, split) for split in FINER_SPLITS)
+
+
 # IREE's static scheduling statistics (CSV). Every compile prints them into its log (an empty file
 # name is stderr) and the memory record reads each module's transient bytes from them
 # (lower/footprint.py); a statistics-only compile prints them to stdout instead.
@@ -209,8 +228,9 @@ def default_fallbacks(target: Target, held: Holds = Holds()) -> tuple[tuple[str,
     """The flag sets a region left to the defaults is compiled with, in turn, until one compiles:
     ``default_opt_flags`` first; then, for a convolution region on llvm-cpu, its data-tiled
     convolutions at each of ``FINER_SPLITS`` (IREE refuses some packings at its own work split and
-    takes them split finer: PP-OCR-det's and the CRNN's, as the tuner compiles them), then im2col;
-    last no optimisation flags (im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu)."""
+    takes them split finer: PP-OCR-det's and the CRNN's, as the tuner compiles them; lower/compile.py
+    tries these only after such a refusal, ``at_a_finer_split_of``), then im2col; last no
+    optimisation flags (im2col breaks PP-OCR-det's workgroup distribution on llvm-cpu)."""
     first = default_opt_flags(target, held)
     then: tuple[tuple[str, ...], ...] = ()
     if target.backend == "llvm-cpu" and held.convolution:

@@ -110,20 +110,10 @@ def _llvm_cpu(conv: bool, quant: bool, cores: int, wide: bool = False) -> list[F
     return found
 
 
-# IREE refuses a dispatch whose vectors or stack outgrow its limits (32 KiB each), and the size it
-# vectorises at follows its work split: data tiling's packing of a 1x1 convolution's input over a
-# map whose pixels are no multiple of 16 (PP-OCR-det's 48 x 6,400) is read as one 48 x 640
-# vector at IREE's default split and at 16 threads, 48 x 160 at 64 (docs/performance.md).
-# A set refused this way is compiled again with its work split for more threads, in turn, and
-# kept with the first that compiles (the flags it compiled with are the ones pinned), at each of
-# lower/flags.py's FINER_SPLITS.
-REFUSED_AT_THIS_SPLIT = ("operations with large vector sizes", "exceeded stack allocation limit")
+# A set IREE refuses at its work split (``flags.refused_at_this_split``) is compiled again with
+# its work split for more threads, in turn, and kept with the first that compiles (the flags it
+# compiled with are the ones pinned), at each of lower/flags.py's FINER_SPLITS.
 SPLIT_TAG = "+split="   # data-tiling+split=64: the set offered, compiled with the split named
-
-
-def refused_at_this_split(stderr: str) -> bool:
-    """IREE's diagnostics say the dispatch outgrew a limit a finer work split may keep it under."""
-    return any(words in stderr for words in REFUSED_AT_THIS_SPLIT)
 
 
 def split_finer(s: FlagSet, split: int) -> FlagSet:

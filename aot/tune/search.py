@@ -29,7 +29,7 @@ from aot.frontend.source import OpFamily
 from aot.record import TuneCandidate, Tuning
 from aot.runtime import codec, heap
 from aot.runtime.manifest import Manifest, RegionEntry
-from aot.tune.candidates import FlagSet, candidates, refused_at_this_split, split_finer
+from aot.tune.candidates import FlagSet, candidates, split_finer
 from aot.tune.progress import Steps
 from aot.runtime.atomic import write_json
 
@@ -122,7 +122,7 @@ Todo = list[tuple[RegionEntry, tuple[FlagSet, ...], Path]]
 def _split_finer_where_refused(todo: Todo, jobs: list[CompileJob], results: list[CompiledRegion | CompileError],
                                compile_: Callable[[list[CompileJob]], list[CompiledRegion | CompileError]],
                                steps: Steps) -> tuple[Todo, list[CompiledRegion | CompileError]]:
-    """Each host candidate IREE refused at its work split (``candidates.refused_at_this_split``)
+    """Each host candidate IREE refused at its work split (``flags.refused_at_this_split``)
     compiled again split finer, one ``flags.FINER_SPLITS`` step at a time; the first that
     compiles takes its place under the flags it compiled with, and one that never does stays
     rejected as it was.
@@ -131,7 +131,7 @@ def _split_finer_where_refused(todo: Todo, jobs: list[CompileJob], results: list
     results = list(results)
     for split in flags.FINER_SPLITS:
         refused = [i for i, o in enumerate(results) if isinstance(o, CompileError) and jobs[i].target.is_host
-                   and refused_at_this_split(o.stderr_tail)]
+                   and flags.refused_at_this_split(o.stderr_tail)]
         if not refused:
             break
         finer = [split_finer(sets[i], split) for i in refused]

@@ -89,6 +89,19 @@ def test_a_conv_free_host_region_gets_data_tiling_where_its_products_pay_for_the
     assert region_defaults(Target.parse("cuda"), big.encode()) == ()
 
 
+def test_only_a_refusal_at_the_split_is_worth_a_finer_split():
+    """The chain's finer splits of its first set wait for IREE's words for a refusal at the split;
+    other steps, and the first set itself, are no finer split of it."""
+    from aot.lower.flags import REFUSED_AT_THIS_SPLIT, at_a_finer_split_of, at_split, refused_at_this_split
+    for words in REFUSED_AT_THIS_SPLIT:
+        assert refused_at_this_split(f"r0.mlir:3:7: error: 'vector.transfer_read' op {words}\n")
+    assert not refused_at_this_split("error: failed to legalize operation 'torch.operator'")
+    assert all(at_a_finer_split_of(at_split(DATA_TILED_CONV, split), DATA_TILED_CONV) for split in FINER_SPLITS)
+    assert not at_a_finer_split_of(DATA_TILED_CONV, DATA_TILED_CONV)
+    assert not at_a_finer_split_of((IM2COL,), DATA_TILED_CONV) and not at_a_finer_split_of((), DATA_TILED_CONV)
+    assert not at_a_finer_split_of(at_split(DATA_TILED_CONV, 16), DATA_TILED_CONV)   # not one the chain offers
+
+
 def test_vulkan_flags_map_results_and_hoist_dequantized_weights():
     flags = compile_flags(Target.parse("vulkan:ampere"))
     assert "--iree-vulkan-target=ampere" in flags and "--iree-hal-external-resources-mappable" in flags
