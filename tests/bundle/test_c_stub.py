@@ -306,3 +306,52 @@ int main(void) {
     assert built.returncode == 0, built.stderr[:3000]
     ran = subprocess.run([str(tmp_path / "wait")], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.split() == ["1", "1", "1", "0", "1"], ran.stdout + ran.stderr
+
+
+# glibc's own names for malloc's settings, and the opt-out: cleared so each case starts untuned
+_MALLOC_SETTINGS = ("AOT_KEEP_HEAP", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+@pytest.mark.parametrize(("env", "kept"), [
+    ({}, True),
+    ({"AOT_KEEP_HEAP": "0"}, False),
+    ({"AOT_KEEP_HEAP": " OFF "}, False),
+    ({"AOT_KEEP_HEAP": "1"}, True),
+    ({"AOT_KEEP_HEAP": "offline"}, True),                 # not one of the words
+    ({"MALLOC_MMAP_THRESHOLD_": "131072"}, False),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, False),   # (hugetlb would change the faults)
+    ({"GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=512"}, True),
+], ids=["untuned", "opt-out", "opt-out-words", "opt-in", "other-word", "mmap-threshold", "malloc-tunable", "other-tunable"])
+def test_the_c_runtime_keeps_a_freed_64_mib_buffer_for_the_next_one_as_the_python_one_does(env, kept, tmp_path):
+    """The stub's heap helper, compiled from the rendered source and run in a fresh process: it
+    sets malloc's thresholds unless the operator tuned malloc or opted out (runtime/heap.py's
+    rules), and with them set a freed 64 MiB buffer is not faulted in again."""
+    source = c_stub(hostile_manifest("m"))["m.c"]
+    assert re.search(r"s->refs = 1;\s+\(void\)keep_intermediates\(\);", source)   # at each shared runtime's creation
+    helpers = re.search(r"#define AOT_KEEP_BELOW .*?\nstatic int keep_intermediates\(void\) \{.*?\n}\n", source, re.S)
+    assert helpers, "the heap helpers are not in the rendered stub"
+    program = ("#include <malloc.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+               "#include <sys/resource.h>\n" + helpers.group(0) + """
+static long faults(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_minflt; }
+static void touch(size_t size) { char* p = malloc(size); memset(p, 1, size); free(p); }
+int main(void) {
+  int kept = keep_intermediates();
+  touch(64u << 20);
+  long before = faults();
+  touch(64u << 20);
+  printf("%d %d %ld\\n", kept, keep_intermediates(), faults() - before);
+  return 0;
+}
+""")
+    (tmp_path / "heap.c").write_text(program)
+    assert CC, "no C compiler; `make test` installs gcc (scripts/setup.sh)"
+    built = subprocess.run([CC, *STRICT, "-D_GNU_SOURCE", "heap.c", "-o", "heap"], cwd=tmp_path, capture_output=True,
+                           text=True)
+    assert built.returncode == 0, built.stderr[:3000]
+    environ = {k: v for k, v in os.environ.items() if k not in _MALLOC_SETTINGS} | env
+    ran = subprocess.run([str(tmp_path / "heap")], capture_output=True, text=True, env=environ)
+    assert ran.returncode == 0, ran.stderr
+    set_, again, faulted = (int(w) for w in ran.stdout.split())
+    pages = (64 << 20) // 4096
+    assert (set_, again) == (int(kept), int(kept))       # decided once, the same answer after
+    assert (faulted < pages // 20) if kept else (faulted > pages // 2), faulted
