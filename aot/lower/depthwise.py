@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 CHANNELS_LAST_REASON = "depthwise: lowered channels-last for llvm-cpu"   # the build record's word for it
 VTENSOR = re.compile(r"!torch\.vtensor<\[([0-9,]+)\],(f32|f16|bf16)>")
@@ -40,9 +40,21 @@ class DepthwiseConv:
     bias: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """A lowering's function whose arguments are other values than its op's operands (a fusion
+    with the ops before it: ``pooled_conv``): those values, and the ops its op was the one reader
+    of, erased after it."""
+
+    body: str
+    operands: tuple[Any, ...]
+    dead: tuple[Any, ...]
+
+
 # An op of region MLIR -> the function whose body replaces it (its operands become the
-# function's arguments, its result the returned value), or None to leave it.
-Lowering = Callable[[Any], "str | None"]
+# function's arguments, its result the returned value; a Replacement names other arguments), or
+# None to leave it.
+Lowering = Callable[[Any], "str | Replacement | None"]
 
 
 def rewrite_ops(mlir: str, *lowerings: Lowering) -> tuple[str, tuple[int, ...]]:
@@ -58,10 +70,16 @@ def rewrite_ops(mlir: str, *lowerings: Lowering) -> tuple[str, tuple[int, ...]]:
                 continue
             for op in list(fn.regions[0].blocks[0].operations):
                 for i, lowering in enumerate(lowerings):
-                    if (body := lowering(op)) is not None:
+                    if (body := lowering(op)) is None:
+                        continue
+                    if isinstance(body, Replacement):
+                        _replace(op, body.body, body.operands)
+                        for dead in body.dead:   # producers before ``op``: visited already
+                            dead.operation.erase()
+                    else:
                         _replace(op, body)
-                        counts[i] += 1
-                        break
+                    counts[i] += 1
+                    break
         return (str(module) if any(counts) else mlir), tuple(counts)
 
 
@@ -154,14 +172,15 @@ def expected_output(c: ConvOperands) -> tuple[int, ...]:
     return n, c.w[0], (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
 
 
-def _replace(op: Any, body: str) -> None:
-    """Clone the function ``body``'s ops in before ``op``, wired to its operands; then drop ``op``."""
+def _replace(op: Any, body: str, operands: Sequence[Any] | None = None) -> None:
+    """Clone the function ``body``'s ops in before ``op``, wired to ``operands`` (``op``'s own by
+    default); then drop ``op``."""
     from iree.compiler import ir
 
     helper = ir.Module.parse(body)
     fn = helper.body.operations[0]
     block = fn.regions[0].blocks[0]
-    mapping = dict(zip(block.arguments, op.operands))
+    mapping = dict(zip(block.arguments, op.operands if operands is None else operands))
     with ir.InsertionPoint(op), op.location:
         for inner in block.operations:
             if inner.operation.name == "func.return":

@@ -27,7 +27,10 @@ convolution fall off that kernel (a ResNet has the first two):
 
 The set packs a **max pooling** like a convolution too: its input padded, then packed, a pass
 that cost more than the pooling itself (MTCNN-ONet, ResNet-50's stem). Written as an
-elementwise maximum of the window's slices (``lower/packed_pool.py``), which packs nothing.
+elementwise maximum of the window's slices (``lower/packed_pool.py``), which packs nothing. A
+max pooling of a convolution over few input channels (and its activation) is computed with it,
+as one elementwise generic that reads the small input and writes the pooled output alone
+(``lower/pooled_conv.py``): apart, the three wrote and read the convolution's whole output.
 
 Modules compiled with other flags are left as they are (channels-last and im2col have their own
 forms for these convolutions), but for the strided pointwise ones of a channels-last module, which
@@ -44,13 +47,14 @@ from typing import Any
 from aot.lower.depthwise import ConvOperands, accumulator_init, conv_operands, expected_output, rewrite_ops, zero_pad
 from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
 from aot.lower.packed_pool import max_pool_body
+from aot.lower.pooled_conv import fused_body
 from aot.lower.rewrite_text import cropped, dims_text, epilogue, prologue, tensor_type, vtensor_type
 from aot.runtime.target import Target
 
-# Bump with any change to what this module writes (or lower/packed_pool.py, or the text pieces of
-# lower/rewrite_text.py): the learned database keys a plan by it
+# Bump with any change to what this module writes (or lower/packed_pool.py, lower/pooled_conv.py,
+# or the text pieces of lower/rewrite_text.py): the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
-PACKED_CONV_VERSION = 5
+PACKED_CONV_VERSION = 6
 # The same for what a channels-last module is given (``strided_pointwise_body``).
 CHANNELS_LAST_REWRITE_VERSION = 1
 # Input channels the NCHWc kernel pads to its block of 16 at a loss of 4x or more. A stride-2 stem
@@ -81,7 +85,9 @@ def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> byt
         return rewritten.encode()
     if not applies(target, opt):
         return text
-    rewritten, _ = rewrite_ops(text.decode(), pointwise_body, stem_body, shifted_body, max_pool_body)
+    # the fusions first: their convolutions would be rewritten on their own before their pooling
+    fused, _ = rewrite_ops(text.decode(), fused_body)
+    rewritten, _ = rewrite_ops(fused, pointwise_body, stem_body, shifted_body, max_pool_body)
     return rewritten.encode()
 
 

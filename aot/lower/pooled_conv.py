@@ -1,0 +1,237 @@
+"""A convolution over few input channels whose activation is max-pooled, written as one
+elementwise ``linalg.generic`` over the pooled output, in modules compiled with the data-tiled-conv
+set (``lower/packed_conv.py``'s ``module_text`` applies it first, under its ``PACKED_CONV_VERSION``).
+
+A network's first layer over a spectrogram or an image (DNSMOS's 1 -> 32 channels at 900 x 120,
+AECMOS's 3 -> 32, MTCNN's 3 -> 10) does a few multiply-adds per output value and writes its whole
+output: 13.8 MB for DNSMOS P.808's, which the activation reads and writes again and the pooling
+reads once more. Apart, as ``packed_conv.shifted_body``'s product over the taps, then the
+activation and ``packed_pool``'s maximum, they took 4.8 ms of P.808's 14.1 under the profiler, at
+34 GFLOP/s for the product (docs/performance.md, stop 72). Together, each pooled value is the
+largest of its window's convolution values, each computed from the input where it is needed: the
+input is read (it is small: few channels) and only the pooled output, a quarter of the bytes at a
+2 x 2 pooling, is written, in one dispatch that needs no packing.
+
+For a pooling window of ``P`` positions and a kernel of ``K`` taps over ``C`` input channels, the
+generic reads ``C x`` (window rows + kernel rows - 1) ``x`` (the same in columns) input values and
+does ``P x K x C`` multiply-adds per output value, a convolution's work again where the windows do
+not overlap. The input is padded as the convolution pads it and split by the pooling's stride into
+phases (space-to-depth), so each value the generic reads is an unstrided slice along the width
+and the width vectorises. The activation is applied to each convolution value before the maximum,
+so it holds for any activation, monotone or not (PRelu's slopes are weights, unknown here).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from aot.lower.depthwise import (VTENSOR, ConvOperands, Replacement, conv_operands, expected_output,
+                                 onnx_attributes)
+from aot.lower.packed_pool import MaxPool, max_pool
+from aot.lower.rewrite_text import dims_text, epilogue, tensor_type, vtensor_type
+
+# At most this many input channels: a convolution over more fills the NCHWc kernel's blocks of 16
+# well enough (``packed_conv.FEW_INPUT_CHANNELS``, the same bound), and the generic's operands grow
+# with the channels.
+MAX_INPUT_CHANNELS = 4
+# At most this many input values read per output value (channels x the window's input rows x
+# columns): each is an operand of the generic and a vector register in its loop.
+MAX_READS = 48
+_FLOAT = re.compile(r"(-?[0-9.]+(?:e[-+]?\d+)?) : f32")
+
+
+class Activation(enum.Enum):
+    NONE = "none"
+    RELU = "Relu"
+    LEAKY_RELU = "LeakyRelu"
+    PRELU = "PRelu"
+
+
+@dataclass(frozen=True, slots=True)
+class PooledConv:
+    """A stride-1 convolution, its activation and the max pooling of that, as region MLIR states them."""
+
+    conv: ConvOperands
+    activation: Activation
+    alpha: float            # LeakyRelu's slope
+    pool: MaxPool
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The input rows and columns one pooled value reads."""
+        return (self.pool.kernel[0] + self.conv.w[2] - 1, self.pool.kernel[1] + self.conv.w[3] - 1)
+
+
+def _single_use_producer(value: Any) -> Any | None:
+    """The op that defines ``value`` where ``value`` has no other reader, else None."""
+    owner = value.owner
+    if not hasattr(owner, "operands") or len(list(value.uses)) != 1:
+        return None
+    return owner
+
+
+def match(pool_op: Any) -> tuple[PooledConv, tuple[Any, ...], tuple[Any, ...]] | None:
+    """The fused convolution when ``pool_op`` is a max pooling without padding of an activation
+    (Relu, LeakyRelu, PRelu with one slope per channel, or none) of an ungrouped stride-1
+    convolution over one image of at most ``MAX_INPUT_CHANNELS`` channels, each read by the next
+    alone; with the values the fusion takes and the ops it leaves dead."""
+    p = max_pool(pool_op)
+    if p is None or p.pads != (0, 0, 0, 0) or p.x[0] != 1 or any(
+            (p.y[2 + i] - 1) * p.strides[i] + p.kernel[i] > p.x[2 + i] for i in range(2)):   # a window past the edge
+        return None
+    act_op = _single_use_producer(pool_op.operands[0])
+    if act_op is None:
+        return None
+    activation, alpha, slopes = _activation(act_op, p.x[1])
+    conv_op = act_op if activation is Activation.NONE else _single_use_producer(act_op.operands[0])
+    if activation is None or conv_op is None:
+        return None
+    c = conv_operands(conv_op, valid=True)
+    if (c is None or c.group != 1 or c.strides != (1, 1) or c.dilations != (1, 1) or c.x[0] != 1
+            or c.x[1] > MAX_INPUT_CHANNELS or c.dtype != "f32" or expected_output(c) != c.y or c.y != p.x):
+        return None
+    fused = PooledConv(c, activation, alpha, p)
+    if c.x[1] * fused.span[0] * fused.span[1] > MAX_READS:
+        return None
+    dead = (act_op, conv_op) if activation is not Activation.NONE else (conv_op,)
+    return fused, (*conv_op.operands, *slopes), dead
+
+
+def _activation(op: Any, channels: int) -> tuple[Activation | None, float, tuple[Any, ...]]:
+    """The activation ``op`` is, LeakyRelu's slope and PRelu's slopes operand (one per channel)."""
+    for kind in (Activation.RELU, Activation.LEAKY_RELU, Activation.PRELU):
+        attrs = onnx_attributes(op, kind.value)
+        if attrs is None:
+            continue
+        if kind is Activation.LEAKY_RELU:
+            found = _FLOAT.search(attrs.get("torch.onnx.alpha", "0.01 : f32"))
+            return (kind, float(found[1]), ()) if found else (None, 0.0, ())
+        if kind is Activation.PRELU:
+            slope = VTENSOR.fullmatch(str(op.operands[1].type)) if len(op.operands) == 2 else None
+            dims = tuple(int(d) for d in slope[1].split(",")) if slope else ()
+            # one slope per channel, broadcast over the rows and columns: [C, 1, 1] or [1, C, 1, 1]
+            if dims not in ((channels, 1, 1), (1, channels, 1, 1)) or slope[2] != "f32":
+                return None, 0.0, ()
+            return kind, 0.0, (op.operands[1],)
+        return kind, 0.0, ()
+    return Activation.NONE, 0.0, ()
+
+
+def fused_body(pool_op: Any) -> Replacement | None:
+    """``pool_op`` with the convolution and activation before it as one generic (``match``), or
+    None for any other op."""
+    found = match(pool_op)
+    if found is None:
+        return None
+    fused, operands, dead = found
+    return Replacement(body_mlir(fused, tuple(str(v.type) for v in operands[3 if fused.conv.bias else 2:])),
+                  operands, dead)
+
+
+def body_mlir(f: PooledConv, slope_types: tuple[str, ...] = ()) -> str:
+    """The function computing ``f``'s pooled output from the convolution's operands (and PRelu's
+    slopes, of ``slope_types``). Its ops are cloned into the region, so no nested region reads a
+    value of the body (it would dangle there): the generic's constants are its own."""
+    c, p = f.conv, f.pool
+    t = c.dtype
+    _, cin, h, w = c.x
+    cout, _, kh, kw = c.w
+    _, _, oh, ow = p.y
+    (sh, sw), (span_h, span_w) = p.strides, f.span
+    top, left = c.pads[:2]
+    # the padded input, rounded up to whole phases of the stride: every row and column a window reads
+    rows = -(-max(h + top + c.pads[2], sh * (oh - 1) + span_h) // sh) * sh
+    cols = -(-max(w + left + c.pads[3], sw * (ow - 1) + span_w) // sw) * sw
+    u, v = rows // sh, cols // sw
+    padded, split = (1, cin, rows, cols), (1, cin, u, sh, v, sw)
+    phases = (cin, sh, sw, u, v)
+    reads = [(ci, dy, dx) for ci in range(cin) for dy in range(span_h) for dx in range(span_w)]
+    taps = [(ci, a, b) for ci in range(cin) for a in range(kh) for b in range(kw)]
+    # Each value the generic reads is a view of its own, so every indexing map is a projected
+    # permutation (a map with a constant index left IREE's generic unvectorised, 15 GFLOP/s): the
+    # phases' rows and columns at one offset for each input value, each tap's weights over the
+    # output channels (a constant expression IREE evaluates at load time).
+    view = tensor_type((oh, ow), t)
+    channel = tensor_type((cout,), t)
+    views = [f"%x{ci}_{dy}_{dx} = tensor.extract_slice %xs[{ci}, {dy % sh}, {dx % sw}, {dy // sh}, {dx // sw}] "
+             f"[1, 1, 1, {oh}, {ow}] [1, 1, 1, 1, 1] : {tensor_type(phases, t)} to {view}" for ci, dy, dx in reads]
+    views += [f"%w{ci}_{a}_{b} = tensor.extract_slice %w[0, {ci}, {a}, {b}] [{cout}, 1, 1, 1] [1, 1, 1, 1] : "
+              f"{tensor_type(c.w, t)} to {channel}" for ci, a, b in taps]
+    maps = [*(["affine_map<(n, c, i, j) -> (i, j)>"] * len(reads)), *(["affine_map<(n, c, i, j) -> (c)>"] * len(taps))]
+    ins = [(f"%x{ci}_{dy}_{dx}", view) for ci, dy, dx in reads] + [(f"%w{ci}_{a}_{b}", channel) for ci, a, b in taps]
+    args = [f"%v{ci}_{dy}_{dx}" for ci, dy, dx in reads] + [f"%k{ci}_{a}_{b}" for ci, a, b in taps]
+    extra, convert = [], []
+    if c.bias:
+        extra.append(("%bt", vtensor_type((cout,), t)))
+        convert.append(f"%b = torch_c.to_builtin_tensor %bt : {vtensor_type((cout,), t)} -> {tensor_type((cout,), t)}")
+        ins.append(("%b", tensor_type((cout,), t)))
+        maps.append("affine_map<(n, c, i, j) -> (c)>")
+        args.append("%bias")
+    if f.activation is Activation.PRELU:
+        (slope_type,) = slope_types
+        slope_dims = tuple(int(d) for d in VTENSOR.fullmatch(slope_type)[1].split(","))
+        extra.append(("%st", slope_type))
+        convert.append(f"%s = torch_c.to_builtin_tensor %st : {slope_type} -> {tensor_type(slope_dims, t)}")
+        ins.append(("%s", tensor_type(slope_dims, t)))
+        maps.append("affine_map<(n, c, i, j) -> (c, 0, 0)>" if len(slope_dims) == 3
+                    else "affine_map<(n, c, i, j) -> (0, c, 0, 0)>")
+        args.append("%slope")
+    maps.append("affine_map<(n, c, i, j) -> (n, c, i, j)>")
+    body, values = [], []
+    for pa in range(p.kernel[0]):
+        for pb in range(p.kernel[1]):
+            acc = "%bias" if c.bias else "%zero"
+            for ci, a, b in taps:
+                name = f"{pa}_{pb}_{ci}_{a}_{b}"
+                body.append(f"%m{name} = arith.mulf %v{ci}_{pa + a}_{pb + b}, %k{ci}_{a}_{b} : {t}")
+                body.append(f"%a{name} = arith.addf {acc}, %m{name} : {t}")
+                acc = f"%a{name}"
+            values.append(_activated(f.activation, acc, f"{pa}_{pb}", body, t))
+    largest = values[0]
+    for i, value in enumerate(values[1:]):
+        body.append(f"%max{i} = arith.maximumf {largest}, {value} : {t}")
+        largest = f"%max{i}"
+    x_t, out = vtensor_type(c.x, t), tensor_type(p.y, t)
+    header_args = ", ".join([f"%xt: {x_t}", f"%wt: {vtensor_type(c.w, t)}", *(f"{n}: {ty}" for n, ty in extra)])
+    split_t = tensor_type(split, t)
+    newline = "\n    "
+    return f"""func.func @pooled_conv({header_args}) -> {vtensor_type(p.y, t)} {{
+    %x = torch_c.to_builtin_tensor %xt : {x_t} -> {tensor_type(c.x, t)}
+    %w = torch_c.to_builtin_tensor %wt : {vtensor_type(c.w, t)} -> {tensor_type(c.w, t)}
+    {newline.join(convert)}
+    %xp = tensor.pad %x low[0, 0, {top}, {left}] high[0, 0, {rows - h - top}, {cols - w - left}] {{
+    ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+      %pad = arith.constant 0.0 : {t}
+      tensor.yield %pad : {t}
+    }} : {tensor_type(c.x, t)} to {tensor_type(padded, t)}
+    %x6 = tensor.expand_shape %xp [[0], [1], [2, 3], [4, 5]] output_shape [{", ".join(map(str, split))}] : {tensor_type(padded, t)} into {split_t}
+    %x5 = tensor.collapse_shape %x6 [[0, 1], [2], [3], [4], [5]] : {split_t} into {tensor_type((cin, u, sh, v, sw), t)}
+    %xe = tensor.empty() : {tensor_type(phases, t)}
+    %xs = linalg.transpose ins(%x5 : {tensor_type((cin, u, sh, v, sw), t)}) outs(%xe : {tensor_type(phases, t)}) permutation = [0, 2, 4, 1, 3]
+    {newline.join(views)}
+    %e = tensor.empty() : {out}
+    %y = linalg.generic {{indexing_maps = [{", ".join(maps)}], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} ins({", ".join(n for n, _ in ins)} : {", ".join(ty for _, ty in ins)}) outs(%e : {out}) {{
+    ^bb0({", ".join(f"{a}: {t}" for a in args)}, %o: {t}):
+      %zero = arith.constant 0.0 : {t}
+      %alpha = arith.constant {f.alpha:.9e} : {t}
+      {(newline + "  ").join(body)}
+      linalg.yield {largest} : {t}
+    }} -> {out}
+{epilogue("%y", p.y, t)}"""
+
+
+def _activated(activation: Activation, value: str, name: str, body: list[str], t: str) -> str:
+    """``value`` through ``activation``, its ops appended to ``body``; the value that holds it."""
+    if activation is Activation.NONE:
+        return value
+    if activation is Activation.RELU:
+        body.append(f"%r{name} = arith.maximumf {value}, %zero : {t}")
+        return f"%r{name}"
+    slope = "%alpha" if activation is Activation.LEAKY_RELU else "%slope"
+    body.append(f"%n{name} = arith.mulf {value}, {slope} : {t}")
+    body.append(f"%p{name} = arith.cmpf ogt, {value}, %zero : {t}")
+    body.append(f"%r{name} = arith.select %p{name}, {value}, %n{name} : {t}")
+    return f"%r{name}"
