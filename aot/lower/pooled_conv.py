@@ -31,7 +31,7 @@ from typing import Any
 from aot.lower.depthwise import (VTENSOR, ConvOperands, Replacement, conv_operands, expected_output,
                                  onnx_attributes)
 from aot.lower.packed_pool import MaxPool, max_pool
-from aot.lower.rewrite_text import dims_text, epilogue, tensor_type, vtensor_type
+from aot.lower.rewrite_text import epilogue, tensor_type, vtensor_type
 
 # At most this many input channels: a convolution over more fills the NCHWc kernel's blocks of 16
 # well enough (``packed_conv.FEW_INPUT_CHANNELS``, the same bound), and the generic's operands grow
@@ -127,8 +127,8 @@ def fused_body(pool_op: Any) -> Replacement | None:
     if found is None:
         return None
     fused, operands, dead = found
-    return Replacement(body_mlir(fused, tuple(str(v.type) for v in operands[3 if fused.conv.bias else 2:])),
-                  operands, dead)
+    slope_types = tuple(str(v.type) for v in operands[3 if fused.conv.bias else 2:])
+    return Replacement(body_mlir(fused, slope_types), operands, dead)
 
 
 def body_mlir(f: PooledConv, slope_types: tuple[str, ...] = ()) -> str:
@@ -163,22 +163,11 @@ def body_mlir(f: PooledConv, slope_types: tuple[str, ...] = ()) -> str:
     maps = [*(["affine_map<(n, c, i, j) -> (i, j)>"] * len(reads)), *(["affine_map<(n, c, i, j) -> (c)>"] * len(taps))]
     ins = [(f"%x{ci}_{dy}_{dx}", view) for ci, dy, dx in reads] + [(f"%w{ci}_{a}_{b}", channel) for ci, a, b in taps]
     args = [f"%v{ci}_{dy}_{dx}" for ci, dy, dx in reads] + [f"%k{ci}_{a}_{b}" for ci, a, b in taps]
-    extra, convert = [], []
-    if c.bias:
-        extra.append(("%bt", vtensor_type((cout,), t)))
-        convert.append(f"%b = torch_c.to_builtin_tensor %bt : {vtensor_type((cout,), t)} -> {tensor_type((cout,), t)}")
-        ins.append(("%b", tensor_type((cout,), t)))
-        maps.append("affine_map<(n, c, i, j) -> (c)>")
-        args.append("%bias")
-    if f.activation is Activation.PRELU:
-        (slope_type,) = slope_types
-        slope_dims = tuple(int(d) for d in VTENSOR.fullmatch(slope_type)[1].split(","))
-        extra.append(("%st", slope_type))
-        convert.append(f"%s = torch_c.to_builtin_tensor %st : {slope_type} -> {tensor_type(slope_dims, t)}")
-        ins.append(("%s", tensor_type(slope_dims, t)))
-        maps.append("affine_map<(n, c, i, j) -> (c, 0, 0)>" if len(slope_dims) == 3
-                    else "affine_map<(n, c, i, j) -> (0, c, 0, 0)>")
-        args.append("%slope")
+    extra, convert, per_channel = _per_channel_operands(f, slope_types)
+    for name, tensor, value, indices in per_channel:
+        ins.append((name, tensor))
+        maps.append(f"affine_map<(n, c, i, j) -> ({indices})>")
+        args.append(value)
     maps.append("affine_map<(n, c, i, j) -> (n, c, i, j)>")
     body, values = [], []
     for pa in range(p.kernel[0]):
@@ -221,6 +210,26 @@ def body_mlir(f: PooledConv, slope_types: tuple[str, ...] = ()) -> str:
       linalg.yield {largest} : {t}
     }} -> {out}
 {epilogue("%y", p.y, t)}"""
+
+
+def _per_channel_operands(f: PooledConv, slope_types: tuple[str, ...]
+                          ) -> tuple[list[tuple[str, str]], list[str], list[tuple[str, str, str, str]]]:
+    """The function's arguments beyond the input and weights (the bias, PRelu's slopes), their
+    conversions to builtin tensors, and each as the generic's operand: its name, its tensor type,
+    the block argument that reads it and its indices over the output channel ``c``."""
+    t, cout = f.conv.dtype, f.conv.w[0]
+    extra, convert, operands = [], [], []
+    if f.conv.bias:
+        extra.append(("%bt", vtensor_type((cout,), t)))
+        convert.append(f"%b = torch_c.to_builtin_tensor %bt : {vtensor_type((cout,), t)} -> {tensor_type((cout,), t)}")
+        operands.append(("%b", tensor_type((cout,), t), "%bias", "c"))
+    if f.activation is Activation.PRELU:
+        (slope_type,) = slope_types
+        dims = tuple(int(d) for d in VTENSOR.fullmatch(slope_type)[1].split(","))   # [C, 1, 1] or [1, C, 1, 1]
+        extra.append(("%st", slope_type))
+        convert.append(f"%s = torch_c.to_builtin_tensor %st : {slope_type} -> {tensor_type(dims, t)}")
+        operands.append(("%s", tensor_type(dims, t), "%slope", "c, 0, 0" if len(dims) == 3 else "0, c, 0, 0"))
+    return extra, convert, operands
 
 
 def _activated(activation: Activation, value: str, name: str, body: list[str], t: str) -> str:
