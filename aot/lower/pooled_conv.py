@@ -111,13 +111,17 @@ def _activation(op: Any, channels: int) -> tuple[Activation | None, float, tuple
             return (kind, float(found[1]), ()) if found else (None, 0.0, ())
         if kind is Activation.PRELU:
             slope = VTENSOR.fullmatch(str(op.operands[1].type)) if len(op.operands) == 2 else None
-            dims = tuple(int(d) for d in slope[1].split(",")) if slope else ()
             # one slope per channel, broadcast over the rows and columns: [C, 1, 1] or [1, C, 1, 1]
-            if dims not in ((channels, 1, 1), (1, channels, 1, 1)) or slope[2] != "f32":
+            if slope is None or slope[2] != "f32" or _dims(slope) not in ((channels, 1, 1), (1, channels, 1, 1)):
                 return None, 0.0, ()
             return kind, 0.0, (op.operands[1],)
         return kind, 0.0, ()
     return Activation.NONE, 0.0, ()
+
+
+def _dims(vtensor: re.Match[str]) -> tuple[int, ...]:
+    """The shape a ``VTENSOR`` match states."""
+    return tuple(int(d) for d in vtensor[1].split(","))
 
 
 def fused_body(pool_op: Any) -> Replacement | None:
@@ -225,7 +229,9 @@ def _per_channel_operands(f: PooledConv, slope_types: tuple[str, ...]
         operands.append(("%b", tensor_type((cout,), t), "%bias", "c"))
     if f.activation is Activation.PRELU:
         (slope_type,) = slope_types
-        dims = tuple(int(d) for d in VTENSOR.fullmatch(slope_type)[1].split(","))   # [C, 1, 1] or [1, C, 1, 1]
+        found = VTENSOR.fullmatch(slope_type)
+        assert found is not None, slope_type   # ``_activation`` matched it
+        dims = _dims(found)   # [C, 1, 1] or [1, C, 1, 1]
         extra.append(("%st", slope_type))
         convert.append(f"%s = torch_c.to_builtin_tensor %st : {slope_type} -> {tensor_type(dims, t)}")
         operands.append(("%s", tensor_type(dims, t), "%slope", "c, 0, 0" if len(dims) == 3 else "0, c, 0, 0"))
