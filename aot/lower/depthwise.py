@@ -60,27 +60,43 @@ Lowering = Callable[[Any], "str | Replacement | None"]
 def rewrite_ops(mlir: str, *lowerings: Lowering) -> tuple[str, tuple[int, ...]]:
     """``mlir`` with every op the first of ``lowerings`` to give a body for replaced (one parse
     for all of them); and how many each replaced."""
+    return rewrite_ops_in_turn(mlir, lowerings)
+
+
+def rewrite_ops_in_turn(mlir: str, *walks: Sequence[Lowering]) -> tuple[str, tuple[int, ...]]:
+    """``rewrite_ops`` with each of ``walks`` over the ops in turn, on what the walks before it
+    left (one parse for all of them: a fusion with the ops before its op goes first, before
+    those ops are rewritten on their own); and how many each lowering replaced, in order."""
     from iree.compiler import ir
 
-    counts = [0] * len(lowerings)
+    counts: list[int] = []
     with ir.Context():
         module = ir.Module.parse(mlir)
-        for fn in module.body.operations:
-            if fn.operation.name != "func.func" or not fn.regions[0].blocks:
-                continue
-            for op in list(fn.regions[0].blocks[0].operations):
-                for i, lowering in enumerate(lowerings):
-                    if (body := lowering(op)) is None:
-                        continue
-                    if isinstance(body, Replacement):
-                        _replace(op, body.body, body.operands)
-                        for dead in body.dead:   # producers before ``op``: visited already
-                            dead.operation.erase()
-                    else:
-                        _replace(op, body)
-                    counts[i] += 1
-                    break
+        for lowerings in walks:
+            counts += _walk(module, lowerings)
         return (str(module) if any(counts) else mlir), tuple(counts)
+
+
+def _walk(module: Any, lowerings: Sequence[Lowering]) -> list[int]:
+    """Replace every op of ``module``'s functions the first of ``lowerings`` gives a body for;
+    how many each replaced."""
+    counts = [0] * len(lowerings)
+    for fn in module.body.operations:
+        if fn.operation.name != "func.func" or not fn.regions[0].blocks:
+            continue
+        for op in list(fn.regions[0].blocks[0].operations):
+            for i, lowering in enumerate(lowerings):
+                if (body := lowering(op)) is None:
+                    continue
+                if isinstance(body, Replacement):
+                    _replace(op, body.body, body.operands)
+                    for dead in body.dead:   # producers before ``op``: visited already
+                        dead.operation.erase()
+                else:
+                    _replace(op, body)
+                counts[i] += 1
+                break
+    return counts
 
 
 def rewrite_depthwise_convs(mlir: str) -> tuple[str, int]:

@@ -44,7 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aot.lower.depthwise import ConvOperands, accumulator_init, conv_operands, expected_output, rewrite_ops, zero_pad
+from aot.lower.depthwise import (ConvOperands, accumulator_init, conv_operands, expected_output, rewrite_ops,
+                                 rewrite_ops_in_turn, zero_pad)
 from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
 from aot.lower.packed_pool import max_pool_body
 from aot.lower.pooled_conv import fused_body
@@ -86,8 +87,8 @@ def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> byt
     if not applies(target, opt):
         return text
     # the fusions first: their convolutions would be rewritten on their own before their pooling
-    fused, _ = rewrite_ops(text.decode(), fused_body)
-    rewritten, _ = rewrite_ops(fused, pointwise_body, stem_body, shifted_body, max_pool_body)
+    rewritten, _ = rewrite_ops_in_turn(text.decode(), (fused_body,),
+                                       (pointwise_body, stem_body, shifted_body, max_pool_body))
     return rewritten.encode()
 
 
