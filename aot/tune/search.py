@@ -149,14 +149,25 @@ def _split_finer_where_refused(todo: Todo, jobs: list[CompileJob], results: list
 
 def _key(text: str, region: RegionEntry, driver: str, sets: tuple[FlagSet, ...], settings: TuneSettings) -> str:
     # The target's own flags too: a change there (say, hoisting limits) changes every candidate.
-    # A set whose module is rewritten before it compiles (lower/packed_conv.py) carries the
-    # rewrite's version: its timings were of the text that version wrote. The finer splits a
+    # A set whose module is rewritten before it compiles (lower/packed_conv.py) carries the text
+    # it compiles: its timings were of that text. A new rewrite retunes the regions it changes, and
+    # only those (a version would retune every region the set compiles). The finer splits a
     # refused set is compiled again with: a record kept before them holds its refusal. Timings
     # taken before the probe kept the heap (probe.py) faulted where a session does not.
+    digests: dict[tuple[str, ...], list[str]] = {}
+
+    def rewritten(opt: tuple[str, ...]) -> list[str]:
+        """The digest of the text ``opt`` compiles where it is rewritten (once per kind of rewrite)."""
+        kind = packed_conv.key_tag(region.target, opt)
+        if kind and kind not in digests:
+            compiled = packed_conv.module_text(region.target, text.encode(), opt)
+            digests[kind] = ["rewritten " + hashlib.sha256(compiled).hexdigest()[:32]]
+        return digests.get(kind, [])
+
     parts = [text, str(region.target), " ".join(flags.compile_flags(region.target, opt=())), driver,
              f"heap kept {heap.wanted(os.environ)}",
              device_identity(driver), compiler_version(),
-             json.dumps([[s.name, *s.flags, *packed_conv.key_tag(region.target, s.flags)] for s in sets]),
+             json.dumps([[s.name, *s.flags, *rewritten(s.flags)] for s in sets]),
              f"{settings.repeats}/{settings.warmup}", f"finer splits {flags.FINER_SPLITS}",
              f"runoff {RUNOFF_MARGIN}/{RUNOFF_TURNS}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]

@@ -163,9 +163,9 @@ def test_each_candidate_is_a_progress_step_with_an_eta_and_pruned_ones_say_so(mo
 
 def test_a_new_packed_conv_rewrite_times_the_sets_it_rewrites_again_and_only_those(monkeypatch):
     """Tuning results are cached by the region's text and the sets' flags; a data-tiled-conv set
-    compiles from text lower/packed_conv.py rewrote, so a new version of that rewrite must miss the
-    cache for it (stop 49's timings of the old modules were reused for the new ones) and for
-    nothing else."""
+    compiles from text lower/packed_conv.py rewrote, so a rewrite that writes other text must miss
+    the cache for it (stop 49's timings of the old modules were reused for the new ones) and for
+    nothing else; a new version of the rewrites that leaves this region's text as it was hits."""
     import dataclasses
 
     from aot.lower import packed_conv
@@ -176,10 +176,19 @@ def test_a_new_packed_conv_rewrite_times_the_sets_it_rewrites_again_and_only_tho
     host = dataclasses.replace(small_manifest().regions[0], target=Target.host())
     tiled, plain = FlagSet("data-tiled-conv", (DATA_TILING, *CONV_DATA_TILING)), FlagSet("data-tiling", (DATA_TILING, IM2COL))
     settings = TuneSettings(repeats=5, accel_timeout=60.0, segments=0)
-    before = [search._key("module", host, "local-task", (s,), settings) for s in (tiled, plain)]
+    module = "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}"
+
+    def keys() -> list[str]:
+        return [search._key(module, host, "local-task", (s,), settings) for s in (tiled, plain)]
+
+    before = keys()
     monkeypatch.setattr(packed_conv, "PACKED_CONV_VERSION", packed_conv.PACKED_CONV_VERSION + 1)
-    after = [search._key("module", host, "local-task", (s,), settings) for s in (tiled, plain)]
-    assert before[0] != after[0] and before[1] == after[1]
+    assert keys() == before                      # nothing of this region rewritten differently
+    rewrite = packed_conv.module_text
+    monkeypatch.setattr(packed_conv, "module_text",
+                        lambda target, text, opt: rewrite(target, text, opt) + b"\n// rewritten otherwise")
+    after = keys()
+    assert after[0] != before[0] and after[1] == before[1]
 
 
 def test_a_set_iree_refuses_at_its_work_split_is_compiled_again_split_finer_and_pinned_so():
