@@ -30,7 +30,8 @@ that cost more than the pooling itself (MTCNN-ONet, ResNet-50's stem). Written a
 elementwise maximum of the window's slices (``lower/packed_pool.py``), which packs nothing. A
 max pooling of a convolution over few input channels (and its activation) is computed with it,
 as one elementwise generic that reads the small input and writes the pooled output alone
-(``lower/pooled_conv.py``): apart, the three wrote and read the convolution's whole output.
+(``lower/pooled_conv.py``): apart, the three wrote and read the convolution's whole output. So
+is its activation where no pooling follows, which the product would write, unpack and read again.
 
 Modules compiled with other flags are left as they are (channels-last and im2col have their own
 forms for these convolutions), but for the strided pointwise ones of a channels-last module, which
@@ -48,14 +49,14 @@ from aot.lower.depthwise import (ConvOperands, accumulator_init, conv_operands, 
                                  rewrite_ops_in_turn, zero_pad)
 from aot.lower.flags import CHANNELS_LAST, CONV_DATA_TILING, PACKING_PAYS_FROM_FLOPS
 from aot.lower.packed_pool import max_pool_body
-from aot.lower.pooled_conv import fused_body
+from aot.lower.pooled_conv import activated_body, fused_body
 from aot.lower.rewrite_text import cropped, dims_text, epilogue, prologue, tensor_type, vtensor_type
 from aot.runtime.target import Target
 
 # Bump with any change to what this module writes (or lower/packed_pool.py, lower/pooled_conv.py,
 # or the text pieces of lower/rewrite_text.py): the learned database keys a plan by it
 # (learn/key.py), and the compile cache by the text it gives.
-PACKED_CONV_VERSION = 6
+PACKED_CONV_VERSION = 7
 # The same for what a channels-last module is given (``strided_pointwise_body``).
 CHANNELS_LAST_REWRITE_VERSION = 1
 # Input channels the NCHWc kernel pads to its block of 16 at a loss of 4x or more. A stride-2 stem
@@ -86,8 +87,9 @@ def module_text(target: Target, text: bytes, opt: tuple[str, ...] | None) -> byt
         return rewritten.encode()
     if not applies(target, opt):
         return text
-    # the fusions first: their convolutions would be rewritten on their own before their pooling
-    rewritten, _ = rewrite_ops_in_turn(text.decode(), (fused_body,),
+    # the fusions first: their convolutions would be rewritten on their own before their pooling;
+    # a pooled one before an unpooled one, which would take its activation from it
+    rewritten, _ = rewrite_ops_in_turn(text.decode(), (fused_body,), (activated_body,),
                                        (pointwise_body, stem_body, shifted_body, max_pool_body))
     return rewritten.encode()
 

@@ -19,6 +19,12 @@ not overlap. The input is padded as the convolution pads it and split by the poo
 phases (space-to-depth), so each value the generic reads is an unstrided slice along the width
 and the width vectorises. The activation is applied to each convolution value before the maximum,
 so it holds for any activation, monotone or not (PRelu's slopes are weights, unknown here).
+
+An activation of such a convolution over at most ``MAX_UNPOOLED_TAPS`` taps that no max pooling
+follows (DNSMOS P.835's first layer, 1 -> 128 channels at 900 x 161 under a ReLU; the openWakeWord
+embedding's; ICLabel's rows) is the same generic with a window of one value (``activated_body``):
+the product over the taps, the unpacking of its output and the activation's pass (16.4 ms in
+three dispatches for P.835's layer) become one pass that writes the activated output (7.8 ms).
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ MAX_INPUT_CHANNELS = 4
 # At most this many input values read per output value (channels x the window's input rows x
 # columns): each is an operand of the generic and a vector register in its loop.
 MAX_READS = 48
+# Without a pooling, at most this many taps (channels x kernel rows x columns): the product over
+# the taps is a matrix product this deep, which IREE runs at a memory-bound 60 GFLOP/s (DNSMOS
+# P.835's 9: 5.7 ms, then 10.8 to unpack and activate its output; fused, 7.8 ms in all). At 27
+# taps (MTCNN-RNet's and ONet's 3 x 3 over 3 channels) the product pays and the fusion lost 2-6%.
+MAX_UNPOOLED_TAPS = 9
 _FLOAT = re.compile(r"(-?[0-9.]+(?:e[-+]?\d+)?) : f32")
 
 
@@ -65,6 +76,11 @@ class PooledConv:
         return (self.pool.kernel[0] + self.conv.w[2] - 1, self.pool.kernel[1] + self.conv.w[3] - 1)
 
 
+# The fused convolution, the values the fusion takes (the convolution's operands, PRelu's slopes)
+# and the ops it leaves dead.
+Matched = tuple[PooledConv, tuple[Any, ...], tuple[Any, ...]]
+
+
 def _single_use_producer(value: Any) -> Any | None:
     """The op that defines ``value`` where ``value`` has no other reader, else None."""
     owner = value.owner
@@ -73,7 +89,7 @@ def _single_use_producer(value: Any) -> Any | None:
     return owner
 
 
-def match(pool_op: Any) -> tuple[PooledConv, tuple[Any, ...], tuple[Any, ...]] | None:
+def match(pool_op: Any) -> Matched | None:
     """The fused convolution when ``pool_op`` is a max pooling without padding of an activation
     (Relu, LeakyRelu, PRelu with one slope per channel, or none) of an ungrouped stride-1
     convolution over one image of at most ``MAX_INPUT_CHANNELS`` channels, each read by the next
@@ -89,15 +105,47 @@ def match(pool_op: Any) -> tuple[PooledConv, tuple[Any, ...], tuple[Any, ...]] |
     conv_op = act_op if activation is Activation.NONE else _single_use_producer(act_op.operands[0])
     if activation is None or conv_op is None:
         return None
+    return _fused(conv_op, activation, alpha, slopes, p, dead=(act_op, conv_op) if conv_op is not act_op else (conv_op,))
+
+
+def match_unpooled(act_op: Any) -> Matched | None:
+    """The same for an activation of such a convolution that no max pooling follows (DNSMOS
+    P.835's first layer, 1 -> 128 channels under a ReLU): a window of one value, so the generic
+    writes the activated convolution. ``fused_body`` goes first where a pooling does follow."""
+    y = _result_shape(act_op)
+    if y is None or len(y) != 4 or not len(act_op.operands):   # no image: no convolution before it
+        return None
+    conv_op = _single_use_producer(act_op.operands[0])
+    if conv_op is None:
+        return None
+    activation, alpha, slopes = _activation(act_op, y[1])
+    if activation in (None, Activation.NONE):
+        return None
+    taps = conv_operands(conv_op, valid=True)
+    if taps is None or taps.w[1] * taps.w[2] * taps.w[3] > MAX_UNPOOLED_TAPS:
+        return None
+    return _fused(conv_op, activation, alpha, slopes, MaxPool(y, y, (1, 1), (1, 1), (0, 0, 0, 0)), dead=(conv_op,))
+
+
+def _fused(conv_op: Any, activation: Activation, alpha: float, slopes: tuple[Any, ...], pool: MaxPool,
+           dead: tuple[Any, ...]) -> Matched | None:
+    """``match``'s answer when ``conv_op`` is a convolution the fusion takes, pooled by ``pool``."""
     c = conv_operands(conv_op, valid=True)
     if (c is None or c.group != 1 or c.strides != (1, 1) or c.dilations != (1, 1) or c.x[0] != 1
-            or c.x[1] > MAX_INPUT_CHANNELS or c.dtype != "f32" or expected_output(c) != c.y or c.y != p.x):
+            or c.x[1] > MAX_INPUT_CHANNELS or c.dtype != "f32" or expected_output(c) != c.y or c.y != pool.x):
         return None
-    fused = PooledConv(c, activation, alpha, p)
+    fused = PooledConv(c, activation, alpha, pool)
     if c.x[1] * fused.span[0] * fused.span[1] > MAX_READS:
         return None
-    dead = (act_op, conv_op) if activation is not Activation.NONE else (conv_op,)
     return fused, (*conv_op.operands, *slopes), dead
+
+
+def _result_shape(op: Any) -> tuple[int, ...] | None:
+    """The static f32 shape of ``op``'s one result, or None."""
+    if len(op.results) != 1:
+        return None
+    found = VTENSOR.fullmatch(str(op.results[0].type))
+    return _dims(found) if found is not None and found[2] == "f32" else None
 
 
 def _activation(op: Any, channels: int) -> tuple[Activation | None, float, tuple[Any, ...]]:
@@ -127,7 +175,15 @@ def _dims(vtensor: re.Match[str]) -> tuple[int, ...]:
 def fused_body(pool_op: Any) -> Replacement | None:
     """``pool_op`` with the convolution and activation before it as one generic (``match``), or
     None for any other op."""
-    found = match(pool_op)
+    return _replacement(match(pool_op))
+
+
+def activated_body(act_op: Any) -> Replacement | None:
+    """``act_op`` with the convolution before it as one generic (``match_unpooled``), or None."""
+    return _replacement(match_unpooled(act_op))
+
+
+def _replacement(found: Matched | None) -> Replacement | None:
     if found is None:
         return None
     fused, operands, dead = found
