@@ -22,9 +22,9 @@ so it holds for any activation, monotone or not (PRelu's slopes are weights, unk
 
 An activation of such a convolution over at most ``MAX_UNPOOLED_TAPS`` taps that no max pooling
 follows (DNSMOS P.835's first layer, 1 -> 128 channels at 900 x 161 under a ReLU; the openWakeWord
-embedding's; ICLabel's rows) is the same generic with a window of one value (``activated_body``):
-the product over the taps, the unpacking of its output and the activation's pass (16.4 ms in
-three dispatches for P.835's layer) become one pass that writes the activated output (7.8 ms).
+embedding's) is the same generic with a window of one value (``activated_body``): the product
+over the taps, the unpacking of its output and the activation's pass (16.4 ms in three dispatches
+for P.835's layer) become one pass that writes the activated output (7.8 ms).
 """
 
 from __future__ import annotations

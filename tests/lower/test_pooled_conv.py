@@ -150,7 +150,7 @@ def _unpooled(cin: int = 1, cout: int = 16, activation: str = "Relu", also_read:
 
 @pytest.mark.parametrize(("model", "fused"), [
     (_unpooled(), True),                                                  # DNSMOS P.835's first layer
-    (_unpooled(activation="LeakyRelu"), True),                            # ICLabel's, over rows
+    (_unpooled(activation="LeakyRelu"), True),
     (_unpooled(activation="PRelu"), True),
     (_unpooled(activation="PRelu", cin=3), False),                        # MTCNN-RNet's and ONet's: 27 taps
     (_unpooled(cin=8), False),                                            # channels fill the NCHWc blocks
