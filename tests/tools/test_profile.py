@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 
 import pytest
 
@@ -15,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import onnx_model, run_aot
 
 from aot.errors import AotError
-from aot.tools.profile import DispatchTime, Profile, RegionProfile, _dispatches, by_kind, dispatch_kind, profile_bundle, work_flops
+from aot.tools.profile import (DispatchTime, Profile, RegionProfile, _dispatches, _profiled_span_us, _run, by_kind,
+                               dispatch_kind, profile_bundle, work_flops)
 
 
 def test_dispatch_kind_drops_number_shapes_and_element_type():
@@ -118,3 +121,24 @@ def test_a_region_cut_after_a_front_end_rewrite_is_profiled_on_the_rewritten_ten
     assert [r.region for r in found.regions] == ["first", "rest"]
     for r in found.regions:
         assert r.dispatches and math.isfinite(r.wall_us) and r.wall_us > 0
+
+
+def test_the_profiled_wall_time_spans_the_profiled_calls_alone():
+    """The wall time is the host queue operations' span over the calls, not iree-benchmark-module's
+    mean (which counts the first call's set-up before any event); device clocks are not mixed in."""
+    def row(kind: str, start: int, end: int, domain: str = "iree_host_time_ns") -> dict:
+        return {"type": "statistics_row", "row_type": kind, "time_domain": domain, "sample_count": 4,
+                "first_start_time": start, "last_end_time": end}
+
+    rows = [row("host_execution_queue_operation", 2_000_000, 9_000_000),
+            row("host_execution_queue_operation", 1_000_000, 10_000_000),
+            row("dispatch_queue_operation", 0, 99_000_000, domain="device_tick"),     # another clock
+            row("host_execution_function", 0, 50_000_000)]                            # not a queue operation
+    assert _profiled_span_us("\n".join(json.dumps(r) for r in rows)) == 9_000.0
+    assert _profiled_span_us(json.dumps(rows[-1])) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_the_profiled_tool_waits_as_a_sessions_caller_does():
+    proc = _run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"])
+    assert int(proc.stdout) == os.SCHED_BATCH
