@@ -229,16 +229,20 @@ def body_mlir(f: PooledConv, slope_types: tuple[str, ...] = ()) -> str:
         maps.append(f"affine_map<(n, c, i, j) -> ({indices})>")
         args.append(value)
     maps.append("affine_map<(n, c, i, j) -> (n, c, i, j)>")
-    body, values = [], []
-    for pa in range(p.kernel[0]):
-        for pb in range(p.kernel[1]):
-            acc = "%bias" if c.bias else "%zero"
-            for ci, a, b in taps:
+    body: list[str] = []
+    positions = [(pa, pb) for pa in range(p.kernel[0]) for pb in range(p.kernel[1])]
+    sums = {q: "%bias" if c.bias else "%zero" for q in positions}
+    # Input by input, each into every window position's sum it is a tap of: an input value is
+    # live from its read to its last use, not from the first position's sum to the last's.
+    for ci, dy, dx in reads:
+        for pa, pb in positions:
+            a, b = dy - pa, dx - pb
+            if 0 <= a < kh and 0 <= b < kw:
                 name = f"{pa}_{pb}_{ci}_{a}_{b}"
-                body.append(f"%m{name} = arith.mulf %v{ci}_{pa + a}_{pb + b}, %k{ci}_{a}_{b} : {t}")
-                body.append(f"%a{name} = arith.addf {acc}, %m{name} : {t}")
-                acc = f"%a{name}"
-            values.append(_activated(f.activation, acc, f"{pa}_{pb}", body, t))
+                body.append(f"%m{name} = arith.mulf %v{ci}_{dy}_{dx}, %k{ci}_{a}_{b} : {t}")
+                body.append(f"%a{name} = arith.addf {sums[pa, pb]}, %m{name} : {t}")
+                sums[pa, pb] = f"%a{name}"
+    values = [_activated(f.activation, sums[pa, pb], f"{pa}_{pb}", body, t) for pa, pb in positions]
     largest = values[0]
     for i, value in enumerate(values[1:]):
         body.append(f"%max{i} = arith.maximumf {largest}, {value} : {t}")
