@@ -55,7 +55,7 @@ from aot.runtime.target import Target
 
 # Bump with any change to what this module writes (or lower/packed_pool.py, lower/pooled_conv.py,
 # or the text pieces of lower/rewrite_text.py): the learned database keys a plan by it
-# (learn/key.py), and the compile cache by the text it gives.
+# (learn/key.py); the compile cache and the tune records key by the text it gives.
 PACKED_CONV_VERSION = 7
 # The same for what a channels-last module is given (``strided_pointwise_body``).
 CHANNELS_LAST_REWRITE_VERSION = 1

@@ -105,7 +105,8 @@ def match(pool_op: Any) -> Matched | None:
     conv_op = act_op if activation is Activation.NONE else _single_use_producer(act_op.operands[0])
     if activation is None or conv_op is None:
         return None
-    return _fused(conv_op, activation, alpha, slopes, p, dead=(act_op, conv_op) if conv_op is not act_op else (conv_op,))
+    dead = (act_op, conv_op) if conv_op is not act_op else (conv_op,)
+    return _fused(conv_op, activation, alpha, slopes, p, dead, max_taps=None)
 
 
 def match_unpooled(act_op: Any) -> Matched | None:
@@ -121,18 +122,19 @@ def match_unpooled(act_op: Any) -> Matched | None:
     activation, alpha, slopes = _activation(act_op, y[1])
     if activation in (None, Activation.NONE):
         return None
-    taps = conv_operands(conv_op, valid=True)
-    if taps is None or taps.w[1] * taps.w[2] * taps.w[3] > MAX_UNPOOLED_TAPS:
-        return None
-    return _fused(conv_op, activation, alpha, slopes, MaxPool(y, y, (1, 1), (1, 1), (0, 0, 0, 0)), dead=(conv_op,))
+    one_value = MaxPool(y, y, (1, 1), (1, 1), (0, 0, 0, 0))
+    return _fused(conv_op, activation, alpha, slopes, one_value, (conv_op,), max_taps=MAX_UNPOOLED_TAPS)
 
 
 def _fused(conv_op: Any, activation: Activation, alpha: float, slopes: tuple[Any, ...], pool: MaxPool,
-           dead: tuple[Any, ...]) -> Matched | None:
-    """``match``'s answer when ``conv_op`` is a convolution the fusion takes, pooled by ``pool``."""
+           dead: tuple[Any, ...], max_taps: int | None) -> Matched | None:
+    """``match``'s answer when ``conv_op`` is a convolution the fusion takes, pooled by ``pool``
+    (and over at most ``max_taps`` taps, where that is bounded)."""
     c = conv_operands(conv_op, valid=True)
     if (c is None or c.group != 1 or c.strides != (1, 1) or c.dilations != (1, 1) or c.x[0] != 1
             or c.x[1] > MAX_INPUT_CHANNELS or c.dtype != "f32" or expected_output(c) != c.y or c.y != pool.x):
+        return None
+    if max_taps is not None and c.w[1] * c.w[2] * c.w[3] > max_taps:
         return None
     fused = PooledConv(c, activation, alpha, pool)
     if c.x[1] * fused.span[0] * fused.span[1] > MAX_READS:

@@ -265,6 +265,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def _as_batch() -> None:
+    """The child's scheduling policy, SCHED_BATCH where the platform has it (``_run``)."""
     batch = getattr(os, "SCHED_BATCH", None)    # Linux only
     try:
         if batch is not None:
