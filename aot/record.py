@@ -161,7 +161,9 @@ class TuneCandidate:
 
     name: str
     flags: tuple[str, ...]
-    median_us: float | None       # warm median on the region's device; None: rejected before timing
+    # warm median on the region's device (a run-off's in the first round's terms, search.py); None:
+    # rejected before timing
+    median_us: float | None
     max_abs_diff: float | None    # against the reference's output for the region
     rejected: str | None          # why (compile failure, crash, timeout, mismatch); None: it ran correctly
     # calls timed: fewer than the others' when it fell far behind the best and was pruned (probe.py)
