@@ -113,6 +113,17 @@ class BatchWhileWaiting:
                 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
+def batch_from_here() -> None:
+    """This process as SCHED_BATCH from now on, where it is on the default policy: for a child
+    about to run an IREE tool whose caller waits for its workers as a session's does (the tool
+    cannot switch around its waits, so it runs so throughout). Where refused, as it was."""
+    try:
+        if _BATCH is not None and os.sched_getscheduler(0) == os.SCHED_OTHER:
+            os.sched_setscheduler(0, _BATCH, os.sched_param(0))
+    except OSError:
+        pass
+
+
 def is_host_view(rt: Any, value: Any) -> bool:
     """``value`` is a result ``HostCall`` returned (a buffer view in host memory)."""
     return isinstance(value, rt.HalBufferView)

@@ -24,7 +24,7 @@ import onnx
 
 from aot.checks import reference, timing, verify
 from aot.errors import AotError
-from aot.runtime import heap, manifest as mf
+from aot.runtime import heap, invoke, manifest as mf
 
 # The local drivers record when each dispatch ran on the host; devices timestamp their queues.
 _MODES = {"local-task": "host-execution", "local-sync": "host-execution"}
@@ -261,14 +261,4 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     as SCHED_BATCH). The whole tool runs so, its workers too: the caller is the one thread a tool
     can be started with."""
     return subprocess.run(argv, capture_output=True, text=True, env=heap.runner_environment(os.environ),
-                          preexec_fn=_as_batch)
-
-
-def _as_batch() -> None:
-    """The child's scheduling policy, SCHED_BATCH where the platform has it (``_run``)."""
-    batch = getattr(os, "SCHED_BATCH", None)    # Linux only
-    try:
-        if batch is not None:
-            os.sched_setscheduler(0, batch, os.sched_param(0))
-    except OSError:    # refused: the tool runs as before
-        pass
+                          preexec_fn=invoke.batch_from_here)
