@@ -21,14 +21,21 @@ from aot.checks.reference import random_inputs
 from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.manifest import HostRuntime, Manifest
-from aot.tune.search import TuneSettings, device_identity, run_probe
+from aot.tune.search import MIN_GAIN, RUNOFF_MARGIN, TuneSettings, device_identity, run_probe
 from aot.runtime.atomic import write_json
 
 ROUNDS = 3
+# Configurations within search.RUNOFF_MARGIN of the fastest after ROUNDS rounds are timed in
+# RUNOFF_ROUNDS more, and their medians are taken over all their rounds. A small model's probe
+# times about 10 ms of calls per process, so one moment of the shared host can decide it: MTCNN-
+# ONet's record put local-sync 5% ahead (420 against 440 us), and local-task then ran 12-14% faster
+# in two corpus runs and won four fresh probes (docs/performance.md, stop 75).
+RUNOFF_ROUNDS = 2 * ROUNDS
 # Part of the cached choice's key: bump when what a probe measures changes (never back: stop 61
 # tried a v3 rule and took it back, its records still in caches). v4 (stop 63): a
-# local-task call no longer stalls a scheduler tick now and then (runtime/invoke.py).
-CHOICE_VERSION = "choice-v4"
+# local-task call no longer stalls a scheduler tick now and then (runtime/invoke.py). v5 (stop
+# 75): the run-off, and the default kept unless beaten by search.MIN_GAIN.
+CHOICE_VERSION = "choice-v5"
 
 
 def configurations(cores: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -50,8 +57,8 @@ class HostRuntimeChoice:
 def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, settings: TuneSettings,
                         progress: Callable[[str], None] = lambda s: None
                         ) -> tuple[HostRuntime | None, tuple[tuple[str, float], ...]]:
-    """The fastest configuration for the bundle and every configuration's median; (None, ())
-    when no region runs on the CPU or none ran."""
+    """The fastest configuration for the bundle (``_decide``) and every configuration's median;
+    (None, ()) when no region runs on the CPU or none ran."""
     if not any(r.target.is_host for r in manifest.regions):
         return None, ()
     configs = configurations(os.cpu_count() or 1)
@@ -68,21 +75,31 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
         arrays: dict[str, Any] = random_inputs(manifest.inputs, seed=0)   # Any: see tune/search.py
         np.savez(data, **arrays)
         spec.write_text(json.dumps(manifest.to_json()))
-        for round_ in range(ROUNDS):
-            order = list(range(len(configs)))
-            for i in order[round_ % len(order):] + order[:round_ % len(order)]:
-                driver, flags = configs[i]
-                events, error = run_probe({"kind": "bundle", "bundle": str(staged_dir), "manifest": str(spec),
-                                           "driver": driver, "flags": list(flags), "data": str(data),
-                                           "warmup": settings.warmup, "repeats": settings.repeats})
-                if error is None:
-                    samples[i].append(next(e for e in events if e["event"] == "timed")["medians_us"]["run"])
-                else:
-                    progress(f"runtime  {' '.join((driver, *flags))} failed: {error}")
-    measured = {i: statistics.median(s) for i, s in samples.items() if s}
+
+        def time_rounds(which: list[int], rounds: int) -> None:
+            for round_ in range(rounds):
+                for i in which[round_ % len(which):] + which[:round_ % len(which)]:
+                    driver, flags = configs[i]
+                    events, error = run_probe({"kind": "bundle", "bundle": str(staged_dir), "manifest": str(spec),
+                                               "driver": driver, "flags": list(flags), "data": str(data),
+                                               "warmup": settings.warmup, "repeats": settings.repeats})
+                    if error is None:
+                        samples[i].append(next(e for e in events if e["event"] == "timed")["medians_us"]["run"])
+                    else:
+                        progress(f"runtime  {' '.join((driver, *flags))} failed: {error}")
+
+        time_rounds(list(range(len(configs))), ROUNDS)
+        close = _close(_medians(samples))
+        if len(close) > 1:
+            progress(f"runtime  run-off of {', '.join(' '.join((configs[i][0], *configs[i][1])) for i in close)}")
+            time_rounds(close, RUNOFF_ROUNDS)
+    measured = _medians(samples)
     if not measured:
         return None, ()
-    best = min(measured, key=measured.__getitem__)
+    # Only the run-off's configurations compete: the rest were over RUNOFF_MARGIN behind in the
+    # same rounds, and the run-off's rounds may fall in a slower moment of the host (the fault
+    # search.in_first_round_terms mends for the flag search).
+    best = _decide({i: measured[i] for i in close})
     chosen = HostRuntimeChoice(HostRuntime(configs[best][0], configs[best][1]),
                                tuple((" ".join((configs[i][0], *configs[i][1])), round(us, 1))
                                      for i, us in measured.items()))
@@ -90,3 +107,22 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
     write_json(record, codec.encode(chosen))
     progress(f"runtime  {chosen.runtime.label} ({', '.join(f'{k} {v:.0f} us' for k, v in chosen.measured)})")
     return chosen.runtime, chosen.measured
+
+
+def _medians(samples: dict[int, list[float]]) -> dict[int, float]:
+    return {i: statistics.median(s) for i, s in samples.items() if s}
+
+
+def _close(measured: dict[int, float]) -> list[int]:
+    """The configurations within ``RUNOFF_MARGIN`` of the fastest, in configuration order."""
+    fastest = min(measured.values(), default=0.0)
+    return [i for i, us in sorted(measured.items()) if us <= fastest * (1 + RUNOFF_MARGIN)]
+
+
+def _decide(measured: dict[int, float]) -> int:
+    """The fastest configuration, unless IREE's default topology (``configurations``' first) is
+    within ``MIN_GAIN`` of it: the rule the flag search keeps its default by."""
+    best = min(measured, key=measured.__getitem__)
+    if 0 in measured and measured[best] > measured[0] * (1 - MIN_GAIN):
+        return 0
+    return best
