@@ -2,7 +2,8 @@
 how many is ``--task_topology_max_group_count``) or local-sync (work runs on the calling
 thread). Small models lose more to waking workers than they gain from them; large ones gain.
 Chosen by timing whole runs of the bundle under each configuration, one probe process per
-configuration (runtime flags are process-wide), in rounds whose order rotates."""
+configuration (runtime flags are process-wide), in rounds whose order rotates; the configurations
+close to the fastest are timed again in a run-off, as the flag search's are."""
 
 from __future__ import annotations
 
