@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -184,18 +185,23 @@ def _profile_region(bundle: Path, manifest: mf.Manifest, region: mf.RegionEntry,
         args.append(f"--input=@{tmp / region.name}.{i}.npy")
     (timed,) = json.loads(_tool("iree-benchmark-module", args))["benchmarks"]
     rows = _tool("iree-profile", ["statistics", "--format=jsonl", f"{tmp / region.name}.ireeprof"])
-    span = _profiled_span_us(rows)
+    stats = _rows(rows)
+    span = _profiled_span_us(stats)
     wall_us = span / runs if span else timed["real_time"] * _US[timed["time_unit"]]
-    return RegionProfile(region.name, str(region.target), driver, runs, wall_us, _dispatches(rows, runs))
+    return RegionProfile(region.name, str(region.target), driver, runs, wall_us, _dispatches(stats, runs))
 
 
-def _profiled_span_us(jsonl: str) -> float | None:
+def _rows(jsonl: str) -> list[dict[str, Any]]:
+    """``iree-profile statistics --format=jsonl``'s rows, parsed once for every reading of them."""
+    return [json.loads(line) for line in jsonl.splitlines() if line.strip()]
+
+
+def _profiled_span_us(rows: list[dict[str, Any]]) -> float | None:
     """From the first queue operation of the profiled calls to the end of the last, on the host's
     clock; None where the profile has none (a device's events keep their own clock). The wall time
     the profile divides is this, not iree-benchmark-module's mean: that counts the process's first
     call with everything it sets up before its first event (50 ms of AECMOS's 20 calls, 3.1 ms a
     call that no dispatch accounts for), while the dispatches' times cover the profiled calls alone."""
-    rows = [json.loads(line) for line in jsonl.splitlines() if line.strip()]
     timed = [r for r in rows if str(r.get("row_type", "")).endswith("queue_operation")
              and r.get("time_domain") == "iree_host_time_ns" and r.get("sample_count")]
     if not timed:
@@ -203,10 +209,9 @@ def _profiled_span_us(jsonl: str) -> float | None:
     return (max(r["last_end_time"] for r in timed) - min(r["first_start_time"] for r in timed)) / 1e3
 
 
-def _dispatches(jsonl: str, runs: int) -> tuple[DispatchTime, ...]:
+def _dispatches(rows: list[dict[str, Any]], runs: int) -> tuple[DispatchTime, ...]:
     """One row per dispatch function: ``host_execution_function`` (local drivers) or
     ``dispatch_function`` (devices); each sample is one call."""
-    rows = [json.loads(line) for line in jsonl.splitlines() if line.strip()]
     found = [DispatchTime(r["function_name"], r["sample_count"] / runs, r["total_duration_ns"] / runs / 1e3)
              for r in rows if r.get("row_type") in ("host_execution_function", "dispatch_function")]
     return tuple(sorted(found, key=lambda d: -d.us))

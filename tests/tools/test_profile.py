@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import onnx_model, run_aot
 
 from aot.errors import AotError
-from aot.tools.profile import (DispatchTime, Profile, RegionProfile, _dispatches, _profiled_span_us, _run, by_kind,
-                               dispatch_kind, profile_bundle, work_flops)
+from aot.tools.profile import (DispatchTime, Profile, RegionProfile, _dispatches, _profiled_span_us, _rows, _run,
+                               by_kind, dispatch_kind, profile_bundle, work_flops)
 
 
 def test_dispatch_kind_drops_number_shapes_and_element_type():
@@ -59,7 +59,7 @@ def test_statistics_rows_become_per_run_times_slowest_first():
              "sample_count": 10, "total_duration_ns": 50_000},   # the same calls seen per command: not again
             {"row_type": "dispatch_function", "function_name": "r0$async_dispatch_2_matmul_4x4x4_f32",
              "sample_count": 40, "total_duration_ns": 400_000}]
-    found = _dispatches("\n".join(json.dumps(r) for r in rows), runs=10)
+    found = _dispatches(_rows("\n".join(json.dumps(r) for r in rows)), runs=10)
     assert [(d.kind, d.calls, d.us) for d in found] == [("matmul", 4.0, 40.0), ("conv", 1.0, 5.0)]
     assert by_kind(found) == (("matmul", 40.0), ("conv", 5.0))
 
@@ -134,8 +134,8 @@ def test_the_profiled_wall_time_spans_the_profiled_calls_alone():
             row("host_execution_queue_operation", 1_000_000, 10_000_000),
             row("dispatch_queue_operation", 0, 99_000_000, domain="device_tick"),     # another clock
             row("host_execution_function", 0, 50_000_000)]                            # not a queue operation
-    assert _profiled_span_us("\n".join(json.dumps(r) for r in rows)) == 9_000.0
-    assert _profiled_span_us(json.dumps(rows[-1])) is None
+    assert _profiled_span_us(_rows("\n".join(json.dumps(r) for r in rows))) == 9_000.0
+    assert _profiled_span_us(_rows(json.dumps(rows[-1]))) is None
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
