@@ -22,7 +22,7 @@ from aot.checks.reference import random_inputs
 from aot.runtime import codec
 from aot.runtime.codec import field
 from aot.runtime.manifest import HostRuntime, Manifest
-from aot.tune.search import MIN_GAIN, RUNOFF_MARGIN, TuneSettings, device_identity, run_probe
+from aot.tune.search import MIN_GAIN, TuneSettings, device_identity, run_probe, runoff
 from aot.runtime.atomic import write_json
 
 ROUNDS = 3
@@ -63,6 +63,7 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
     if not any(r.target.is_host for r in manifest.regions):
         return None, ()
     configs = configurations(os.cpu_count() or 1)
+    labels = [" ".join((driver, *flags)) for driver, flags in configs]
     parts = [*(r.sha256 for r in manifest.regions), json.dumps(configs), device_identity("local-task"),
              f"{settings.repeats}/{settings.warmup}/{ROUNDS}", CHOICE_VERSION]
     record = cache / "runtime" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
@@ -87,12 +88,13 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
                     if error is None:
                         samples[i].append(next(e for e in events if e["event"] == "timed")["medians_us"]["run"])
                     else:
-                        progress(f"runtime  {' '.join((driver, *flags))} failed: {error}")
+                        progress(f"runtime  {labels[i]} failed: {error}")
 
         time_rounds(list(range(len(configs))), ROUNDS)
-        close = _close(_medians(samples))
+        # the flag search's rule for a run-off (search.runoff), in configuration order
+        close = sorted(labels.index(n) for n in runoff({labels[i]: us for i, us in _medians(samples).items()}, {}))
         if len(close) > 1:
-            progress(f"runtime  run-off of {', '.join(' '.join((configs[i][0], *configs[i][1])) for i in close)}")
+            progress(f"runtime  run-off of {', '.join(labels[i] for i in close)}")
             time_rounds(close, RUNOFF_ROUNDS)
     measured = _medians(samples)
     if not measured:
@@ -102,8 +104,7 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
     # search.in_first_round_terms mends for the flag search).
     best = _decide({i: measured[i] for i in close})
     chosen = HostRuntimeChoice(HostRuntime(configs[best][0], configs[best][1]),
-                               tuple((" ".join((configs[i][0], *configs[i][1])), round(us, 1))
-                                     for i, us in measured.items()))
+                               tuple((labels[i], round(us, 1)) for i, us in measured.items()))
     record.parent.mkdir(parents=True, exist_ok=True)
     write_json(record, codec.encode(chosen))
     progress(f"runtime  {chosen.runtime.label} ({', '.join(f'{k} {v:.0f} us' for k, v in chosen.measured)})")
@@ -112,12 +113,6 @@ def choose_host_runtime(staged_dir: Path, manifest: Manifest, cache: Path, setti
 
 def _medians(samples: dict[int, list[float]]) -> dict[int, float]:
     return {i: statistics.median(s) for i, s in samples.items() if s}
-
-
-def _close(measured: dict[int, float]) -> list[int]:
-    """The configurations within ``RUNOFF_MARGIN`` of the fastest, in configuration order."""
-    fastest = min(measured.values(), default=0.0)
-    return [i for i, us in sorted(measured.items()) if us <= fastest * (1 + RUNOFF_MARGIN)]
 
 
 def _decide(measured: dict[int, float]) -> int:
