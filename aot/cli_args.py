@@ -41,6 +41,14 @@ def seed(text: str) -> int:
     return count(text, 0)
 
 
+def graph_counts(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated whole numbers of at least 1 (``5,11,17``), sorted, repeats dropped."""
+    counts = sorted({count(part.strip()) for part in text.split(",") if part.strip()})
+    if not counts:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more counts, comma-separated (e.g. 5,11,17)")
+    return tuple(counts)
+
+
 def finite_non_negative(text: str) -> float:
     """An argparse type: a finite number >= 0 (a tolerance, a weight)."""
     try:

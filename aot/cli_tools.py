@@ -128,6 +128,10 @@ def add_commands(sub: "argparse._SubParsersAction[args_.Parser]") -> None:
     le.add_argument("--models", default=None,
                     help="--end-to-end: only these models, comma-separated as the database names them")
     le.add_argument("--with-generated", action="store_true", help="train on the generated graphs too")
+    le.add_argument("--learning-curve", type=args_.graph_counts, default=None, metavar="K,K,...",
+                    help="instead: each real model held out, fitted on seeded draws of K of the others for "
+                         "each K (and on all of them): does tau still rise with more graphs?")
+    le.add_argument("--draws", type=args_.count, default=2, help="--learning-curve: seeded draws per K")
     _training_options(le)
     args_.add_options(le)
     le.set_defaults(func=_cmd_learn_eval)
@@ -328,6 +332,8 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
     data = _training_data(args, lambda s: print(s, file=sys.stderr))
     if args.end_to_end:
         return _end_to_end(args, data)
+    if args.learning_curve:
+        return _learning_curve(args, data)
     result = evaluate.evaluate(data, ModeChoice(args.mode), progress=lambda s: print(s, file=sys.stderr),
                                weights=_choice_weights(args))
     print(evaluate.render(result))
@@ -343,6 +349,22 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
                           "tune_top": dataclasses.asdict(h.narrowed) if h.narrowed else None,
                           "one_timing": dataclasses.asdict(h.one_timing) if h.one_timing else None}
                          for h in result.held_out]})
+    return 0
+
+
+def _learning_curve(args: argparse.Namespace, data: "Dataset") -> int:
+    import dataclasses
+
+    from aot.learn import curve
+    from aot.learn.train import ModeChoice
+
+    points = curve.learning_curve(data, args.learning_curve, args.draws, ModeChoice(args.mode),
+                                  weights=_choice_weights(args), progress=lambda s: print(s, file=sys.stderr))
+    print(curve.render(points))
+    if args.json:
+        from aot.runtime.atomic import write_json
+
+        write_json(Path(args.json), {"learning_curve": [dataclasses.asdict(p) for p in points]})
     return 0
 
 

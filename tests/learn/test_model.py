@@ -442,6 +442,9 @@ def test_the_train_and_eval_commands(synthetic_db, tmp_path):
     data = json.loads(figures.read_text())
     assert len(data["held_out"]) == 2 and sum(data["best_classes"].values()) == 2
     assert all(np.isfinite(h[p]["tau"]) for h in data["held_out"] for p in ("learned", "fitted roofline"))
+    run_aot("learn", "eval", "--db", database, "--accel", "vulkan", "--learning-curve", "1,5", "--json", str(figures))
+    (point,) = json.loads(figures.read_text())["learning_curve"]    # two real models: one other to train on
+    assert (point["graphs"], point["fits"]) == (1, 2) and np.isfinite(point["tau"]) and np.isfinite(point["regret"])
     missing = run_aot("learn", "train", "--db", str(tmp_path / "none.sqlite"), check=False)
     assert missing.returncode == 1 and "ERROR: no cost database" in missing.stderr and "none.sqlite" in missing.stderr
 
