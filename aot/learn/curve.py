@@ -43,17 +43,18 @@ def learning_curve(data: Dataset, sizes: Sequence[int], draws: int = 2, choice: 
     scores: dict[int, list[tuple[float, float]]] = {}
     for g, train in leave_one_out(data, progress):
         others = [h for h in train.graphs if not h.generated]
+        generated = tuple(h for h in train.graphs if h.generated)    # these always train, as in eval
         plans = [p for p in g.plans if offered(p)]
         measured = np.array([p.total_us for p in plans])
-        for k in sorted({k for k in sizes if k < len(others)} | {len(others)}):
+        counts = sorted({k for k in sizes if k < len(others)} | {len(others)})
+        for k in counts:
             for d in range(draws if k < len(others) else 1):
                 chosen = random.Random(f"{g.model}/{k}/{d}").sample(others, k)
-                generated = tuple(h for h in train.graphs if h.generated)    # these always train, as in eval
                 model = fit(dataclasses.replace(train, graphs=tuple(chosen) + generated), choice, estimators, weights)
                 s = score(model.ranking_us([p.plan for p in plans], model.plans_us([p.shape for p in plans]),
                                            g.codes), measured)
                 scores.setdefault(k, []).append((s.tau, s.regret))
-        progress(f"curve  {g.model}: held out, trained on " + ", ".join(map(str, sorted(scores))) + " graph(s)")
+        progress(f"curve  {g.model}: held out, trained on " + ", ".join(map(str, counts)) + " graph(s)")
     return tuple(CurvePoint(k, len(v), float(np.mean([t for t, _ in v])), float(np.mean([r for _, r in v])),
                             float(np.median([r for _, r in v]))) for k, v in sorted(scores.items()))
 
