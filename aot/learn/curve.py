@@ -49,8 +49,11 @@ def learning_curve(data: Dataset, sizes: Sequence[int], draws: int = 2, choice: 
         counts = sorted({k for k in sizes if k < len(others)} | {len(others)})
         for k in counts:
             for d in range(draws if k < len(others) else 1):
-                chosen = random.Random(f"{g.model}/{k}/{d}").sample(others, k)
-                model = fit(dataclasses.replace(train, graphs=tuple(chosen) + generated), choice, estimators, weights)
+                # All of them in the database's order: the plain evaluation's fit (the seeded subsamples
+                # of train.fit take rows by position, so the order of the graphs moves the trees).
+                subset = train if k == len(others) else dataclasses.replace(
+                    train, graphs=tuple(random.Random(f"{g.model}/{k}/{d}").sample(others, k)) + generated)
+                model = fit(subset, choice, estimators, weights)
                 s = score(model.ranking_us([p.plan for p in plans], model.plans_us([p.shape for p in plans]),
                                            g.codes), measured)
                 scores.setdefault(k, []).append((s.tau, s.regret))

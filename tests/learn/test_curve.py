@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot.learn import curve
+from aot.learn import curve, evaluate
 from aot.learn.dataset import load_dataset
 from aot.learn.train import ModeChoice, TrainingError, fit
 
@@ -54,6 +54,9 @@ def test_each_fit_trains_on_k_other_graphs_and_the_curve_repeats(synthetic_db, m
     for p in points:
         assert np.isfinite(p.tau) and -1 <= p.tau <= 1
         assert np.isfinite(p.regret) and p.regret >= 0 and np.isfinite(p.regret_median) and p.regret_median >= 0
+    # Trained on all the others in the database's order, the last point is the plain evaluation.
+    plain = evaluate.evaluate(data, ModeChoice.PLAN, estimators=20).mean(evaluate.Predictor.LEARNED)
+    assert (points[-1].tau, points[-1].regret) == (plain.tau, plain.regret)
     # Seeded draws: the same database, the same figures.
     assert curve.learning_curve(data, (1, 2, 9), draws=2, choice=ModeChoice.PLAN, estimators=20) == points
     assert "graphs trained on" in curve.render(points) and len(curve.render(points).splitlines()) == 4
