@@ -329,6 +329,11 @@ def _cmd_learn_eval(args: argparse.Namespace) -> int:
     from aot.learn import evaluate
     from aot.learn.train import ModeChoice
 
+    if args.end_to_end and args.learning_curve:
+        from aot.errors import UsageError
+
+        raise UsageError("aot learn eval: --end-to-end and --learning-curve are two different evaluations",
+                         hint="give one of them")
     data = _training_data(args, lambda s: print(s, file=sys.stderr))
     if args.end_to_end:
         return _end_to_end(args, data)
