@@ -4,8 +4,9 @@ graphs trained on, to tell whether collecting more models would help.
 Each real model is held out as in ``evaluate``, and the model is fitted on seeded draws of K of
 the others, for each K asked (plus all of them, as the plain evaluation). If tau still rises at
 the largest K, more collected graphs should help; if it has flattened, more graphs of the same
-kinds are unlikely to, and the features or the target are what to change. The draws are seeded by the held-out model, K and
-the draw's number, so a rerun on the same database prints the same figures.
+kinds are unlikely to, and the features or the target are what to change. The draws are seeded
+by the held-out model, K and the draw's number, so a rerun on the same database prints the same
+figures.
 """
 
 from __future__ import annotations

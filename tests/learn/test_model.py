@@ -444,9 +444,9 @@ def test_the_train_and_eval_commands(synthetic_db, tmp_path):
     assert all(np.isfinite(h[p]["tau"]) for h in data["held_out"] for p in ("learned", "fitted roofline"))
     run_aot("learn", "eval", "--db", database, "--accel", "vulkan", "--learning-curve", "1,5", "--json", str(figures))
     (point,) = json.loads(figures.read_text())["learning_curve"]    # two real models: one other to train on
+    assert (point["graphs"], point["fits"]) == (1, 2) and np.isfinite(point["tau"]) and np.isfinite(point["regret"])
     both = run_aot("learn", "eval", "--db", database, "--end-to-end", "--learning-curve", "2", check=False)
     assert both.returncode == 1 and "--end-to-end and --learning-curve" in both.stderr and "Traceback" not in both.stderr
-    assert (point["graphs"], point["fits"]) == (1, 2) and np.isfinite(point["tau"]) and np.isfinite(point["regret"])
     missing = run_aot("learn", "train", "--db", str(tmp_path / "none.sqlite"), check=False)
     assert missing.returncode == 1 and "ERROR: no cost database" in missing.stderr and "none.sqlite" in missing.stderr
 
